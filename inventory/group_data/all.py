@@ -1,0 +1,69 @@
+"""rigup settings: every version and tunable, in one place.
+
+This is the one file users edit. Every value applies to every host; an inventory file can override
+any of them per host (inventory/lab.py does, for the lab machine). Each line names its source:
+  seed      = the rig owner's measured recipe (2x RTX 3090 + NVLink bridge, Ubuntu 26.04)
+  vLLM docs = docs.vllm.ai / `vllm serve --help` of the pinned release
+  measured  = measured by rigup (figures in the closing notes of the issue that added the line)
+Settings are validated (types, ranges, consistency) before any change on a host:
+roles/common/settings.py holds the rules, and a bad value stops the run with an error naming it.
+"""
+
+# --- Hardware the inventory declares ------------------------------------------------------------
+nvidia_gpu_count = 2  # seed: two RTX 3090s; a host with 0 gets services installed, not started
+
+# --- Layout on the host -------------------------------------------------------------------------
+rigup_prefix = "/opt/rigup"  # software rigup builds (uv, venvs, on-target check scripts)
+rigup_etc_dir = "/etc/rigup"  # rendered configuration (env files, vLLM argv)
+rigup_state_dir = "/var/lib/rigup"  # service users' homes and caches (torch/triton/vLLM caches)
+rigup_tmp_dir = "/var/tmp/rigup"  # measured: a vLLM install filled the 2.4 GB tmpfs /tmp
+uv_cache_dir = "/var/cache/rigup/uv"  # uv's wheel cache; a rebuild re-uses it instead of ~4 GB
+
+# --- Base packages and tools --------------------------------------------------------------------
+# Debian/Ubuntu packages every component needs. gcc + python3-dev: Triton (inside vLLM) compiles
+# a small C helper at first start (vLLM docs, "installation: requirements").
+base_apt_packages = [
+    "ca-certificates",
+    "curl",
+    "python3",
+    "python3-venv",
+    "python3-dev",
+    "build-essential",
+]
+uv_version = "0.13.9"  # PyPI: latest uv on 2026-11-30; builds every venv from a committed lock
+
+# --- vLLM -----------------------------------------------------------------------------------------
+vllm_version = "0.22.1"  # seed; files/vllm/requirements.lock pins it and every dependency
+vllm_user = "vllm"  # non-root service user
+vllm_python = "python3"  # interpreter for the venv; vLLM 0.22.1 wheel: Requires-Python >=3.10,<3.15
+vllm_host = "127.0.0.1"  # loopback by default: put a reverse proxy or SSH tunnel in front
+vllm_port = 8000  # vLLM docs: default port of `vllm serve`
+vllm_served_model_name = "qwen3.6-27b"  # the name clients send as "model"
+vllm_tensor_parallel_size = 2  # seed: TP=2 across the two 3090s
+vllm_kv_cache_dtype = "fp8_e5m2"  # seed; vLLM docs: fp8 KV cache halves its memory
+# seed: 16. vLLM 0.22.1 keeps it as the user's value but, for hybrid (attention + mamba/GDN) models
+# such as Qwen3.6, raises the *attention* block size so one attention page holds at least one
+# mamba state page (2x3090 logs: "Setting attention block size to 784 tokens"); docs/text-only.md
+vllm_block_size = 16
+vllm_max_num_batched_tokens = 16384  # seed
+vllm_speculative_config = {"method": "mtp", "num_speculative_tokens": 3}  # seed: MTP, 3 tokens
+vllm_max_model_len = 262144  # seed: full 256 Ki context (2x3090 log: KV pool 623,873 tokens)
+# seed: ~23.4 GB in use on each 24 GB card at TP=2; 0.94 x 24 GiB = 22.6 GiB for vLLM plus
+# ~0.8 GiB of CUDA context/NCCL outside the budget (vLLM docs: default 0.9)
+vllm_gpu_memory_utilization = 0.94
+# How text-only serving is obtained (docs/text-only.md):
+#   "language_model_only": vLLM 0.22.1's --language-model-only flag, config.json untouched
+#   "strip_vision_config": the seed's edit (vision_config removed from config.json, original kept)
+vllm_text_only_method = "language_model_only"
+vllm_extra_args = []  # more `vllm serve` flags, checked by vLLM's own parser like the rest
+vllm_start_timeout_s = 1800  # model load + torch.compile + CUDA graphs: 3090 owners report 5-15 min
+vllm_env = {}  # extra environment for the service (e.g. {"VLLM_LOGGING_LEVEL": "DEBUG"})
+
+# --- The LLM checkpoint -------------------------------------------------------------------------
+model_store_dir = "/srv/rigup/models"  # one versioned directory per model: <store>/<name>/<revision>
+model_name = "qwen3.6-27b-int4-autoround"  # directory name in the store
+model_revision = "mirror-2026-11"  # version label of the copy (a hub commit once downloads land)
+# Where the checkpoint comes from. "local": a directory on the target (a backup disk, a NAS mount,
+# a mirror). Hugging Face / ModelScope sources come with the model-acquisition work.
+model_source = "local"
+model_local_path = "/srv/mirror/Qwen3.6-27B-int4-AutoRound"

@@ -1,0 +1,26 @@
+"""The lab machine: a booted Debian 13 systemd-nspawn container on this machine, reached over SSH
+on a loopback port exactly like a rig (created by `python -m lab up`, see lab/).
+
+It declares no NVIDIA GPUs, so GPU services are installed and checked but not started, and the
+checkpoint comes from a constructed Qwen3.6-shaped mirror the lab tooling pushes in.
+"""
+
+from lab.machine import LabConfig
+
+_cfg = LabConfig.from_env()
+
+lab = [
+    (
+        _cfg.name,
+        {
+            "ssh_hostname": "127.0.0.1",
+            "ssh_port": _cfg.ssh_port,
+            "ssh_user": "root",
+            "ssh_key": str(_cfg.ssh_key),
+            "ssh_known_hosts_file": str(_cfg.known_hosts),
+            "ssh_strict_host_key_checking": "yes",
+            "nvidia_gpu_count": 0,  # no GPU in the lab: services installed, not started
+            "model_local_path": "/srv/mirror/Qwen3.6-27B-int4-AutoRound",  # pushed by the lab
+        },
+    )
+]

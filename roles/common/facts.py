@@ -1,0 +1,97 @@
+"""Facts shared by rigup's roles. Each ``process()`` is pure and tested on captured output."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from pyinfra.api import FactBase
+
+
+class UvVersion(FactBase):
+    """Version of the uv binary at ``path``: ``"0.13.9"``, or None when it is absent/broken.
+
+    Reads ``uv --version`` (output shape: ``uv 0.13.9 (x86_64-unknown-linux-gnu)``).
+    """
+
+    def command(self, path: str) -> str:
+        q = shlex.quote(path)
+        return f"! test -x {q} || {q} --version 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        for line in output:
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "uv":
+                return parts[1]
+        return None
+
+
+class UvSyncPending(FactBase):
+    """What ``uv pip sync`` would change in a venv to match a locked requirements file.
+
+    Returns None when the venv has no interpreter yet, else a list of pending changes as uv prints
+    them (``["- setuptools==81.0.0", "+ setuptools==80.10.2"]``); ``[]`` means the venv matches
+    the lock exactly. Runs ``uv pip sync --dry-run`` (measured: 0.4 s for vLLM's 193 packages).
+    A lock that uv cannot read on the host is an error the caller reports (``["!error: ..."]``).
+    """
+
+    def command(self, uv: str, python: str, lock: str, cache_dir: str, tmp_dir: str) -> str:
+        prefix = f"UV_CACHE_DIR={shlex.quote(cache_dir)} TMPDIR={shlex.quote(tmp_dir)}"
+        return (
+            f"if ! test -x {shlex.quote(python)}; then echo '@no-venv'; "
+            f"elif ! test -f {shlex.quote(lock)}; then echo '@no-lock'; "
+            f"else {prefix} {shlex.quote(uv)} pip sync --dry-run --require-hashes --no-progress "
+            f"--python {shlex.quote(python)} {shlex.quote(lock)} 2>&1 || echo '@error'; fi"
+        )
+
+    def process(self, output: list[str]) -> list[str] | None:
+        lines = [line.rstrip() for line in output]
+        if "@no-venv" in lines:
+            return None
+        if "@no-lock" in lines:
+            return ["+ (lock file not installed yet)"]
+        if "@error" in lines:
+            return ["!error: " + " | ".join(x for x in lines if x and x != "@error")[-800:]]
+        return [line.strip() for line in lines if line.startswith((" + ", " - ", " ~ "))]
+
+
+class JsonFile(FactBase):
+    """Parsed JSON content of a file on the host, or None when the file does not exist.
+
+    Raises ``ValueError`` (from ``process``) when the file exists but is not valid JSON.
+    """
+
+    def command(self, path: str) -> str:
+        q = shlex.quote(path)
+        return f"if test -f {q}; then cat {q}; else echo '@absent'; fi"
+
+    def process(self, output: list[str]) -> Any:
+        if output == ["@absent"]:
+            return None
+        return json.loads("\n".join(output))
+
+
+class DirectoryInventory(FactBase):
+    """Regular files under a directory with their sizes in bytes: ``{"rel/path": size}``.
+
+    None when the directory does not exist. Used to compare a placed model with its source
+    without hashing gigabytes on every run.
+    """
+
+    def command(self, path: str) -> str:
+        q = shlex.quote(path)
+        return (
+            f"if test -d {q}; then echo '@present'; cd {q} && find . -type f -printf '%s %P\\n'; "
+            "else echo '@absent'; fi"
+        )
+
+    def process(self, output: list[str]) -> dict[str, int] | None:
+        if not output or output[0] != "@present":
+            return None
+        files: dict[str, int] = {}
+        for line in output[1:]:
+            size, _, rel = line.partition(" ")
+            if rel:
+                files[rel] = int(size)
+        return files

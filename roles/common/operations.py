@@ -1,0 +1,121 @@
+"""Operations shared by rigup's roles.
+
+Each one reads the host's state through facts when it runs (pyinfra 3 evaluates an operation's
+body at execution time too), so an operation planned before an earlier one changed the host
+still does the right thing, and a converged host yields no commands: a no-op, not a change.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import shlex
+from io import StringIO
+from collections.abc import Callable
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import StringCommand, operation
+from pyinfra.api.exceptions import OperationError
+from pyinfra.facts.files import FileContents
+from pyinfra.operations import files
+
+from roles.common.facts import JsonFile, UvSyncPending
+
+
+def fingerprint(*parts: Any) -> str:
+    """Stable sha256 hex digest of JSON-serialisable parts (dicts are key-sorted)."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def build_env(cache_dir: str, tmp_dir: str) -> str:
+    """Environment prefix for uv: its cache, temp files off the tmpfs /tmp, no Python downloads."""
+    return (
+        f"UV_CACHE_DIR={shlex.quote(cache_dir)} TMPDIR={shlex.quote(tmp_dir)} "
+        "UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1"
+    )
+
+
+@operation()
+def uv_venv_synced(venv: str, lock: str, python: str, uv: str, cache_dir: str, tmp_dir: str):
+    """Make the venv at ``venv`` hold exactly the packages of ``lock`` (hash-checked).
+
+    + venv: venv directory (created with ``uv venv --python python`` when absent)
+    + lock: requirements file on the host with ``--hash`` lines (``uv pip compile --generate-hashes``)
+    + python: interpreter for a new venv (``python3`` or a path); uv never downloads one here
+    + uv: path of the uv binary; cache_dir / tmp_dir: uv's wheel cache and temp directory
+
+    A no-op when ``uv pip sync --dry-run`` reports nothing to do. Raises ``OperationError`` when
+    uv cannot evaluate the lock (its message is included).
+    """
+    python_bin = f"{venv}/bin/python"
+    pending = host.get_fact(
+        UvSyncPending, uv=uv, python=python_bin, lock=lock, cache_dir=cache_dir, tmp_dir=tmp_dir
+    )
+    if pending == []:
+        host.noop(f"venv {venv} matches {lock}")
+        return
+    if pending and pending[0].startswith("!error"):
+        raise OperationError(f"uv could not check {venv} against {lock}: {pending[0][8:]}")
+    env = build_env(cache_dir, tmp_dir)
+    yield f"mkdir -p {shlex.quote(tmp_dir)} {shlex.quote(cache_dir)}"
+    if pending is None:
+        yield f"{env} {shlex.quote(uv)} venv --python {shlex.quote(python)} {shlex.quote(venv)}"
+    yield (
+        f"{env} {shlex.quote(uv)} pip sync --require-hashes --python {shlex.quote(python_bin)} "
+        f"{shlex.quote(lock)}"
+    )
+
+
+@operation()
+def check_passes(command: str, stamp: str, key: str, what: str):
+    """Run a check command on the host until it passes for the inputs summarised by ``key``.
+
+    + command: shell command that exits 0 when the check passes (its output explains failures)
+    + stamp: file where the key of the last passing inputs is recorded (root-owned, 0644)
+    + key: fingerprint of everything the check depends on (see :func:`fingerprint`)
+    + what: short description for the no-op message
+
+    The check re-runs whenever ``key`` changes, so a converged host pays nothing and any change to
+    the checked inputs is checked again. A failing check fails the operation (and the deploy).
+    """
+    current = host.get_fact(FileContents, path=stamp)
+    if current and current[0].strip() == key:
+        host.noop(f"{what}: passed before for these inputs")
+        return
+    yield f"{command} && printf '%s\\n' {shlex.quote(key)} > {shlex.quote(stamp)}"
+
+
+@operation()
+def json_file_patched(path: str, original: str, patch: Callable[[Any], Any], what: str):
+    """Hold ``path`` at ``patch(original JSON)``, keeping the untouched file at ``original``.
+
+    + path: the JSON file to edit (e.g. a model's config.json)
+    + original: where the first version of the file is kept (copied once, never overwritten)
+    + patch: pure function from the original JSON value to the desired one; returning the value
+      unchanged means "no edit" (a file edited earlier is then restored to the original)
+    + what: name of the edit for messages
+
+    Declarative and idempotent: the desired content is always computed from the original, never
+    from an already-edited file. Shown as a diff under ``--dry --diff``. Raises
+    ``OperationError`` when the file is absent at execution time.
+    """
+    saved = host.get_fact(JsonFile, path=original)
+    current = host.get_fact(JsonFile, path=path)
+    if current is None:
+        if host.state.is_executing:
+            raise OperationError(f"{what}: {path} does not exist")
+        # Planning before the file is placed: report the edit; it is computed when it runs.
+        yield StringCommand("true", "#", f"{what}: {path} is edited once it is in place")
+        return
+    source = saved if saved is not None else current
+    desired = patch(copy.deepcopy(source))
+    if desired == current:
+        host.noop(f"{what}: {path} is as wanted")
+        return
+    if saved is None:
+        yield f"cp -p {shlex.quote(path)} {shlex.quote(original)}"
+    text = json.dumps(desired, indent=2, ensure_ascii=False) + "\n"
+    yield from files.put._inner(src=StringIO(text), dest=path, mode="644")

@@ -1,0 +1,254 @@
+"""Validation of rigup's settings (inventory/group_data/all.py plus per-host overrides).
+
+Every deploy calls :func:`require_valid_settings` before it plans a single operation, so a bad
+value stops the run with a message naming the key, before anything changes on a host.
+
+The rules are pure: :func:`validate` takes a mapping (a pyinfra ``host.data`` or a plain dict) and
+returns the list of problems, which the unit tests exercise directly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pyinfra.api.exceptions import DeployError
+
+#: KV cache dtypes accepted by vLLM 0.22.1 (``CacheDType`` in vllm/config/cache.py). Checked here
+#: only to fail early on the controller; tests/infra re-checks this list against the installed
+#: vLLM's own ``CacheDType`` so it cannot drift from the pinned release unnoticed.
+VLLM_KV_CACHE_DTYPES = (
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+    "turboquant_k8v4",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+    "turboquant_3bit_nc",
+    "int8_per_token_head",
+    "fp8_per_token_head",
+    "nvfp4",
+)
+
+#: Text-only serving methods (docs/text-only.md).
+TEXT_ONLY_METHODS = ("language_model_only", "strip_vision_config")
+
+#: Model sources this release can place (Hugging Face / ModelScope arrive with model acquisition).
+MODEL_SOURCES = ("local",)
+
+_UNIX_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_VERSION = re.compile(r"^\d+(\.\d+){1,3}([a-z0-9.+-]*)$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class SettingsError(DeployError):
+    """Raised when settings are invalid; the message lists every bad key with the reason."""
+
+
+Check = Callable[[Any], "str | None"]
+
+
+def _integer(lo: int, hi: int) -> Check:
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"must be an integer, got {value!r}"
+        if not lo <= value <= hi:
+            return f"must be between {lo} and {hi}, got {value}"
+        return None
+
+    return check
+
+
+def _number(lo: float, hi: float, *, lo_open: bool = False) -> Check:
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"must be a number, got {value!r}"
+        if value > hi or value < lo or (lo_open and value == lo):
+            bracket = "(" if lo_open else "["
+            return f"must be in {bracket}{lo}, {hi}], got {value}"
+        return None
+
+    return check
+
+
+def _matches(pattern: re.Pattern[str], what: str) -> Check:
+    def check(value: Any) -> str | None:
+        if not isinstance(value, str) or not pattern.match(value):
+            return f"must be {what}, got {value!r}"
+        return None
+
+    return check
+
+
+def _choice(choices: tuple[str, ...]) -> Check:
+    def check(value: Any) -> str | None:
+        if value not in choices:
+            return f"must be one of {', '.join(choices)}; got {value!r}"
+        return None
+
+    return check
+
+
+def _abs_path(value: Any) -> str | None:
+    if not isinstance(value, str) or not value.startswith("/") or value.rstrip("/") == "":
+        return f"must be an absolute path other than /, got {value!r}"
+    if any(part in ("..", ".") for part in value.split("/")) or any(c in value for c in "\n\0 "):
+        return f"must be a plain absolute path (no '..', spaces or control characters): {value!r}"
+    return None
+
+
+def _host_address(value: Any) -> str | None:
+    if not isinstance(value, str) or not re.match(r"^[A-Za-z0-9.:_-]+$", value):
+        return f"must be an IP address or host name to bind, got {value!r}"
+    return None
+
+
+def _str_list(value: Any) -> str | None:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        return f"must be a list of strings, got {value!r}"
+    return None
+
+
+def _package_list(value: Any) -> str | None:
+    problem = _str_list(value)
+    if problem:
+        return problem
+    bad = [v for v in value if not re.match(r"^[a-z0-9][a-z0-9+.-]+$", v)]
+    return f"has invalid Debian package names: {bad}" if bad else None
+
+
+def _env_mapping(value: Any) -> str | None:
+    if not isinstance(value, Mapping):
+        return f"must be a mapping of NAME: value, got {value!r}"
+    for name, val in value.items():
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            return f"has an invalid variable name {name!r}"
+        if not isinstance(val, (str, int, float)) or "\n" in str(val):
+            return f"{name} must be a one-line string or number, got {val!r}"
+    return None
+
+
+def _speculative_config(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        return f"must be a mapping such as {{'method': 'mtp', 'num_speculative_tokens': 3}} or None, got {value!r}"
+    if not isinstance(value.get("method"), str):
+        return "needs a 'method' (string), e.g. 'mtp'"
+    tokens = value.get("num_speculative_tokens")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= 16:
+        return f"needs 'num_speculative_tokens' between 1 and 16, got {tokens!r}"
+    try:
+        json.dumps(dict(value))
+    except (TypeError, ValueError) as exc:
+        return f"must be JSON-serialisable: {exc}"
+    return None
+
+
+#: key -> (check, source). The source is quoted in error messages so a user knows what to look at.
+RULES: dict[str, Check] = {
+    "nvidia_gpu_count": _integer(0, 16),
+    "rigup_prefix": _abs_path,
+    "rigup_etc_dir": _abs_path,
+    "rigup_state_dir": _abs_path,
+    "rigup_tmp_dir": _abs_path,
+    "uv_cache_dir": _abs_path,
+    "base_apt_packages": _package_list,
+    "uv_version": _matches(_VERSION, "a release number such as 0.13.9"),
+    "vllm_version": _matches(_VERSION, "a release number such as 0.22.1"),
+    "vllm_user": _matches(_UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
+    "vllm_python": _matches(re.compile(r"^(/[\w./+-]+|python3(\.\d+)?)$"), "python3, python3.X or an absolute path"),
+    "vllm_host": _host_address,
+    "vllm_port": _integer(1, 65535),
+    "vllm_served_model_name": _matches(_SAFE_NAME, "a name of letters, digits, '.', '_' and '-'"),
+    "vllm_tensor_parallel_size": _integer(1, 16),
+    "vllm_kv_cache_dtype": _choice(VLLM_KV_CACHE_DTYPES),
+    "vllm_block_size": _integer(1, 1024),
+    "vllm_max_num_batched_tokens": _integer(1, 10_000_000),
+    "vllm_speculative_config": _speculative_config,
+    "vllm_max_model_len": _integer(1, 10_000_000),
+    "vllm_gpu_memory_utilization": _number(0.0, 1.0, lo_open=True),
+    "vllm_text_only_method": _choice(TEXT_ONLY_METHODS),
+    "vllm_extra_args": _str_list,
+    "vllm_start_timeout_s": _integer(30, 24 * 3600),
+    "vllm_env": _env_mapping,
+    "model_store_dir": _abs_path,
+    "model_name": _matches(_SAFE_NAME, "a directory name of letters, digits, '.', '_' and '-'"),
+    "model_revision": _matches(_SAFE_NAME, "a directory name of letters, digits, '.', '_' and '-'"),
+    "model_source": _choice(MODEL_SOURCES),
+    "model_local_path": _abs_path,
+}
+
+
+def _consistency(data: Mapping[str, Any]) -> list[str]:
+    """Rules that relate several keys; only called once every key passed its own check."""
+    problems = []
+    gpus = data["nvidia_gpu_count"]
+    tp = data["vllm_tensor_parallel_size"]
+    if gpus > 0 and tp > gpus:
+        problems.append(
+            f"vllm_tensor_parallel_size: {tp} is more than the {gpus} GPU(s) this host declares "
+            "(nvidia_gpu_count); tensor parallel needs one GPU per shard"
+        )
+    if data["vllm_max_num_batched_tokens"] < data["vllm_block_size"]:
+        problems.append(
+            "vllm_max_num_batched_tokens: must be at least vllm_block_size "
+            f"({data['vllm_max_num_batched_tokens']} < {data['vllm_block_size']})"
+        )
+    extra = data["vllm_extra_args"]
+    managed = {"--port", "--host", "--tensor-parallel-size", "--served-model-name", "--model"}
+    clash = sorted({a.split("=", 1)[0] for a in extra} & managed)
+    if clash:
+        problems.append(
+            f"vllm_extra_args: {', '.join(clash)} is set by its own setting "
+            "(vllm_port, vllm_host, ...); set it there instead"
+        )
+    if data["model_local_path"].rstrip("/").startswith(data["model_store_dir"].rstrip("/") + "/"):
+        problems.append(
+            "model_local_path: the source must not lie inside model_store_dir "
+            f"({data['model_local_path']} is under {data['model_store_dir']})"
+        )
+    return problems
+
+
+def validate(data: Mapping[str, Any] | Any) -> list[str]:
+    """Return every problem with the settings, one ``"key: reason"`` string each ([] when valid).
+
+    ``data`` is a mapping or a pyinfra ``HostData`` (anything with ``.get``). Missing keys are
+    reported too: every key in :data:`RULES` must be set (inventory/group_data/all.py sets them).
+    """
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, check in RULES.items():
+        value = data.get(key)
+        if value is None and key != "vllm_speculative_config":
+            problems.append(f"{key}: missing (set it in inventory/group_data/all.py)")
+            continue
+        problem = check(value)
+        if problem:
+            problems.append(f"{key}: {problem}")
+        else:
+            values[key] = value
+    if not problems:
+        problems.extend(_consistency(values))
+    return problems
+
+
+def require_valid_settings(data: Any, host_name: str = "") -> None:
+    """Raise :class:`SettingsError` listing every bad setting; return None when all are valid."""
+    problems = validate(data)
+    if problems:
+        where = f" for host {host_name}" if host_name else ""
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise SettingsError(
+            f"invalid rigup settings{where} (nothing was changed on any host):\n{lines}\n"
+            "Fix them in inventory/group_data/all.py or the inventory file."
+        )

@@ -1,0 +1,169 @@
+"""vllm: a uv-built venv locked to vLLM 0.22.1 and its systemd service.
+
+Settings: every ``vllm_*`` key in inventory/group_data/all.py, plus nvidia_gpu_count. The
+rendered ``vllm serve`` arguments are checked on the host by vLLM's own argument parser from the
+venv (files/vllm/check_args.py), and the checkpoint by vLLM's own config code
+(files/model/text_only_check.py), before the service is (re)started.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from io import StringIO
+from pathlib import Path
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.operations import files, server, systemd
+from pyinfra.operations.util import any_changed
+
+from roles.common.operations import check_passes, fingerprint, uv_venv_synced
+from roles.common.paths import Paths
+from roles.common.settings import require_valid_settings
+from roles.vllm.flags import exec_start, serve_args, service_env
+
+FILES = Path(__file__).resolve().parents[2] / "files"
+UNIT = "vllm.service"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def health_url(data) -> str:
+    """URL of vLLM's ``/health`` endpoint as seen from the host itself."""
+    bind = str(data.get("vllm_host"))
+    probe = "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
+    if ":" in probe:
+        probe = f"[{probe}]"
+    return f"http://{probe}:{data.get('vllm_port')}/health"
+
+
+@deploy("vLLM")
+def vllm() -> None:
+    """Build the locked venv, check the flags and the checkpoint with vLLM, install the unit.
+
+    On a host that declares GPUs (``nvidia_gpu_count`` > 0) the service is enabled, started and
+    restarted when its inputs change. On a host with none it is installed, stopped and disabled,
+    and the run says so. Raises ``SettingsError`` before any change on invalid settings.
+    """
+    data = host.data
+    require_valid_settings(data, host.name)
+    p = Paths.from_data(data)
+    user = data.vllm_user
+    gpus = data.nvidia_gpu_count
+
+    server.user(
+        name=f"Service user {user}",
+        user=user,
+        system=True,
+        home=p.vllm_home,
+        shell="/usr/sbin/nologin",
+        groups=["video"],
+        comment="rigup vLLM service",
+    )
+    files.directory(name=f"Directory {p.vllm_home}", path=p.vllm_home, user=user, group=user, mode="750")
+    files.directory(name=f"Directory {p.vllm_home}/tmp", path=f"{p.vllm_home}/tmp", user=user, group=user, mode="700")
+    for path in (p.vllm_root, p.vllm_scripts, p.vllm_etc):
+        files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
+
+    lock_src = FILES / "vllm" / "requirements.lock"
+    lock = files.put(name="vLLM lock file", src=str(lock_src), dest=p.vllm_lock, mode="644")
+    venv = uv_venv_synced(
+        name=f"vLLM {data.vllm_version} venv (uv, locked)",
+        venv=p.vllm_venv,
+        lock=p.vllm_lock,
+        python=data.vllm_python,
+        uv=p.uv,
+        cache_dir=p.uv_cache,
+        tmp_dir=p.tmp,
+    )
+
+    scripts = {
+        "check_args.py": FILES / "vllm" / "check_args.py",
+        "text_only_check.py": FILES / "model" / "text_only_check.py",
+        "wait-ready": FILES / "vllm" / "wait-ready",
+    }
+    for name, src in scripts.items():
+        files.put(name=f"Script {name}", src=str(src), dest=f"{p.vllm_scripts}/{name}", mode="755")
+
+    args = serve_args(data)
+    argv = files.put(
+        name="vllm serve arguments (JSON)",
+        src=StringIO(json.dumps(args, indent=2) + "\n"),
+        dest=p.vllm_args_file,
+        mode="644",
+    )
+    python = f"{p.vllm_venv}/bin/python"
+    venv_key = (_sha256(lock_src), data.vllm_python)
+    check_passes(
+        name="Check the serve arguments with vLLM's own parser",
+        command=f"{python} {p.vllm_scripts}/check_args.py {p.vllm_args_file}",
+        stamp=f"{p.checks}/vllm-args.ok",
+        key=fingerprint(args, venv_key, _sha256(scripts["check_args.py"])),
+        what="vLLM argument check",
+    )
+    method = data.vllm_text_only_method
+    as_user = (
+        f"runuser -u {shlex.quote(user)} -- env HOME={shlex.quote(p.vllm_home)} "
+        f"TMPDIR={shlex.quote(p.vllm_home)}/tmp HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1"
+    )
+    check_passes(
+        name=f"Check the checkpoint is served text-only ({method}) with vLLM's config code",
+        command=(
+            f"{as_user} {python} {p.vllm_scripts}/text_only_check.py {shlex.quote(p.model_dir)} "
+            f"--method {method}"
+        ),
+        stamp=f"{p.checks}/text-only.ok",
+        key=fingerprint(p.model_dir, method, venv_key, _sha256(scripts["text_only_check.py"])),
+        what="text-only check",
+    )
+
+    env_file = files.template(
+        name="vLLM environment file",
+        src=str(FILES / "vllm" / "vllm.env.j2"),
+        dest=p.vllm_env_file,
+        user="root",
+        group=user,
+        mode="640",
+        env=service_env(data, p.vllm_home),
+    )
+    unit = files.template(
+        name=f"Unit {UNIT}",
+        src=str(FILES / "vllm" / "vllm.service.j2"),
+        dest=p.vllm_unit,
+        mode="644",
+        service_user=user,
+        vllm_version=data.vllm_version,
+        served_model_name=data.vllm_served_model_name,
+        env_file=p.vllm_env_file,
+        home=p.vllm_home,
+        exec_start=exec_start(p.vllm_bin, args),
+        wait_ready=f"{p.vllm_scripts}/wait-ready",
+        health_url=health_url(data),
+        start_timeout_s=data.vllm_start_timeout_s,
+    )
+    systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
+
+    if gpus > 0:
+        systemd.service(name=f"{UNIT} enabled and running", service=UNIT, running=True, enabled=True)
+        systemd.service(
+            name=f"Restart {UNIT} (its inputs changed)",
+            service=UNIT,
+            running=True,
+            restarted=True,
+            _if=any_changed(unit, env_file, argv, venv, lock),
+        )
+    else:
+        logger.warning(
+            f"[{host.name}] vLLM: this host declares no NVIDIA GPUs (nvidia_gpu_count = 0): "
+            f"{UNIT} is installed and checked but not started (kept stopped and disabled)."
+        )
+        systemd.service(
+            name=f"{UNIT} installed, not started (no GPUs declared)",
+            service=UNIT,
+            running=False,
+            enabled=False,
+        )

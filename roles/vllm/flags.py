@@ -1,0 +1,84 @@
+"""Pure rendering of the vLLM service: ``vllm serve`` arguments, environment and ExecStart line.
+
+Everything here is a function of the settings mapping (``host.data`` or a dict), so the unit tests
+check it directly, and the deploy ships the very same argument list to the host, where vLLM's
+own parser checks it (files/vllm/check_args.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from roles.common.paths import model_dir
+
+
+def serve_args(data: Mapping[str, Any] | Any) -> list[str]:
+    """Arguments that follow ``vllm serve``, in a stable order.
+
+    Shape: ``[model_dir, "--served-model-name", name, "--host", h, "--port", "8000", ...]``. Units:
+    ``--max-model-len`` and ``--max-num-batched-tokens`` in tokens, ``--block-size`` in tokens per
+    KV block, ``--gpu-memory-utilization`` as a fraction of each GPU's memory. The speculative
+    config is compact JSON (``{"method":"mtp","num_speculative_tokens":3}``), as the seed used it.
+    """
+    args = [
+        model_dir(data),
+        "--served-model-name", str(data.get("vllm_served_model_name")),
+        "--host", str(data.get("vllm_host")),
+        "--port", str(data.get("vllm_port")),
+        "--tensor-parallel-size", str(data.get("vllm_tensor_parallel_size")),
+        "--kv-cache-dtype", str(data.get("vllm_kv_cache_dtype")),
+        "--block-size", str(data.get("vllm_block_size")),
+        "--max-num-batched-tokens", str(data.get("vllm_max_num_batched_tokens")),
+        "--max-model-len", str(data.get("vllm_max_model_len")),
+        "--gpu-memory-utilization", str(data.get("vllm_gpu_memory_utilization")),
+    ]  # fmt: skip
+    spec = data.get("vllm_speculative_config")
+    if spec:
+        args += ["--speculative-config", json.dumps(dict(spec), separators=(",", ":"))]
+    if data.get("vllm_text_only_method") == "language_model_only":
+        args.append("--language-model-only")
+    args += [str(a) for a in data.get("vllm_extra_args") or []]
+    return args
+
+
+def service_env(data: Mapping[str, Any] | Any, home: str) -> dict[str, str]:
+    """Environment of the vLLM service (written to a 0640 env file, not the unit).
+
+    ``home`` is the service user's state directory; every cache lives below it. Models are read
+    offline (HF_HUB_OFFLINE=1) from the placed directory; no telemetry leaves the host.
+    """
+    env = {
+        "HOME": home,
+        "HF_HOME": f"{home}/huggingface",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_CACHE_ROOT": f"{home}/vllm-cache",
+        "TRITON_CACHE_DIR": f"{home}/triton-cache",
+        "TORCHINDUCTOR_CACHE_DIR": f"{home}/inductor-cache",
+        "XDG_CACHE_HOME": f"{home}/cache",
+        "TMPDIR": f"{home}/tmp",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    env.update({str(k): str(v) for k, v in (data.get("vllm_env") or {}).items()})
+    return env
+
+
+def systemd_quote(arg: str) -> str:
+    """Quote one argument for a systemd ``ExecStart=`` line (systemd.service(5), "Command lines").
+
+    Double-quoted, with backslash and double quote escaped, ``%`` doubled (specifier) and ``$``
+    doubled (variable expansion), so the service receives exactly ``arg``.
+    """
+    if arg and all(c.isalnum() or c in "-_./:=,+@" for c in arg):
+        return arg
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def exec_start(binary: str, args: list[str]) -> str:
+    """The ``ExecStart=`` value: ``<venv>/bin/vllm serve <args...>``, each argument systemd-quoted."""
+    return " ".join([systemd_quote(binary), "serve", *(systemd_quote(a) for a in args)])

@@ -1,0 +1,137 @@
+"""vllm role: the locked venv, the checked arguments, the hardened unit and its state."""
+
+import json
+import shlex
+
+import pytest
+
+from roles.common.settings import VLLM_KV_CACHE_DTYPES
+from roles.vllm import health_url
+from roles.vllm.flags import serve_args, service_env
+
+UNIT = "vllm.service"
+
+
+def _python(paths):
+    return f"{paths.vllm_venv}/bin/python"
+
+
+def test_service_user(host, data, paths):
+    user = host.user(data.get("vllm_user"))
+    assert user.exists, f"service user {data.get('vllm_user')} is missing"
+    assert user.uid != 0 and user.uid < 1000, f"{user.name} is not a system user (uid {user.uid})"
+    assert user.shell in ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false"), user.shell
+    assert user.home == paths.vllm_home
+    home = host.file(paths.vllm_home)
+    assert home.is_directory and home.user == user.name and home.mode == 0o750
+
+
+def test_vllm_version(host, data, paths):
+    out = host.run(
+        f"{_python(paths)} -c 'import importlib.metadata as m; print(m.version(\"vllm\"))'"
+    )
+    assert out.rc == 0, f"no vLLM in {paths.vllm_venv}: {out.stderr.strip()[-400:]}"
+    assert out.stdout.strip() == data.get("vllm_version"), (
+        f"vLLM {out.stdout.strip()} installed in {paths.vllm_venv}, "
+        f"{data.get('vllm_version')} expected (re-run deploys/vllm.py)"
+    )
+
+
+def test_venv_matches_lock(host, paths):
+    out = host.run(
+        f"UV_CACHE_DIR={paths.uv_cache} TMPDIR={paths.tmp} {paths.uv} pip sync --dry-run "
+        f"--require-hashes --python {_python(paths)} {paths.vllm_lock}"
+    )
+    drift = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith((" + ", " - "))]
+    assert out.rc == 0 and not drift, f"venv differs from the lock: {drift or out.stderr}"
+
+
+def test_kv_cache_dtypes_match_pinned_vllm(host, paths):
+    """The early (controller-side) kv-cache dtype list equals vLLM's own CacheDType literal."""
+    code = "import json, typing; from vllm.config.cache import CacheDType; print(json.dumps(typing.get_args(CacheDType)))"
+    out = host.run(f"{_python(paths)} -c {shlex.quote(code)}")
+    assert out.rc == 0, out.stderr[-400:]
+    assert tuple(json.loads(out.stdout)) == VLLM_KV_CACHE_DTYPES
+
+
+def test_rendered_arguments_are_the_settings(host, data, paths):
+    deployed = json.loads(host.file(paths.vllm_args_file).content_string)
+    assert deployed == serve_args(data), "serve-args.json differs from the settings: re-run the deploy"
+
+
+def test_vllm_parser_accepts_rendered_arguments(host, paths):
+    out = host.run(f"{_python(paths)} {paths.vllm_scripts}/check_args.py {paths.vllm_args_file}")
+    assert out.rc == 0, f"vLLM's parser rejects the deployed arguments: {out.stdout}{out.stderr}"
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["ok"] is True
+
+
+def test_vllm_parser_rejects_misspelled_flag(host, data, paths):
+    """The check is real: a one-letter typo in a flag name must fail, naming the flag."""
+    bad = [a.replace("--kv-cache-dtype", "--kv-cache-dtpye") for a in serve_args(data)]
+    argv = shlex.quote(json.dumps(bad))
+    out = host.run(
+        f"f=$(mktemp) && printf '%s' {argv} > $f && "
+        f"{_python(paths)} {paths.vllm_scripts}/check_args.py $f; rc=$?; rm -f $f; exit $rc"
+    )
+    assert out.rc == 1, f"misspelled flag accepted (rc {out.rc}): {out.stdout}{out.stderr}"
+    assert "--kv-cache-dtpye" in out.stdout + out.stderr
+
+
+@pytest.mark.unit(UNIT)
+def test_unit_runs_the_rendered_command(host, data, paths):
+    unit = host.file(paths.vllm_unit)
+    assert unit.exists, f"{paths.vllm_unit} is missing: run deploys/vllm.py"
+    show = host.run(f"systemctl show {UNIT} -p User -p ExecStart -p EnvironmentFiles -p LoadState")
+    props = dict(line.split("=", 1) for line in show.stdout.splitlines() if "=" in line)
+    assert props.get("LoadState") == "loaded", f"{UNIT} is not loaded: {props}"
+    assert props.get("User") == data.get("vllm_user")
+    exec_start = props.get("ExecStart", "")
+    assert f"path={paths.vllm_bin} " in exec_start, exec_start
+    for arg in serve_args(data):
+        if arg.startswith("--"):
+            assert arg in exec_start, f"{UNIT} does not pass {arg}: {exec_start}"
+    assert paths.vllm_env_file in props.get("EnvironmentFiles", "")
+
+
+@pytest.mark.unit(UNIT)
+def test_unit_file_verifies(host):
+    out = host.run(f"systemd-analyze verify {UNIT}")
+    problems = [l for l in (out.stdout + out.stderr).splitlines() if "vllm.service" in l]
+    assert out.rc == 0 and not problems, f"systemd-analyze verify: {out.stdout}{out.stderr}"
+
+
+@pytest.mark.unit(UNIT)
+def test_unit_is_hardened(host):
+    want = {
+        "NoNewPrivileges": "yes",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "RestrictSUIDSGID": "yes",
+        "Restart": "on-failure",
+    }
+    out = host.run(f"systemctl show {UNIT} " + " ".join(f"-p {k}" for k in want))
+    got = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    assert {k: got.get(k) for k in want} == want
+
+
+def test_env_file_private_and_complete(host, data, paths):
+    f = host.file(paths.vllm_env_file)
+    assert f.exists and f.user == "root" and f.group == data.get("vllm_user")
+    assert f.mode == 0o640, f"{f.path} has mode {oct(f.mode)}: it must not be world-readable"
+    lines = dict(l.split("=", 1) for l in f.content_string.splitlines() if l and not l.startswith("#"))
+    assert lines == service_env(data, paths.vllm_home)
+
+
+@pytest.mark.unit(UNIT)
+def test_service_state_follows_gpus(host, has_gpus, data):
+    svc = host.service(UNIT)
+    if has_gpus:
+        assert svc.is_enabled and svc.is_running, f"{UNIT} should be enabled and running"
+        out = host.run(f"curl -fsS -o /dev/null -w '%{{http_code}}' {health_url(data)}")
+        assert out.stdout == "200", f"{health_url(data)} answered {out.stdout!r}"
+    else:
+        assert not svc.is_running and not svc.is_enabled, (
+            f"{UNIT} must stay stopped and disabled on a host that declares no GPUs"
+        )

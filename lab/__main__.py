@@ -1,0 +1,116 @@
+"""Command line of the lab machine: ``python -m lab {up,stop,destroy,status,ssh,push,converge}``.
+
+Settings come from ``RIGUP_LAB_*`` environment variables (see :class:`lab.machine.LabConfig`).
+Errors the user can act on print one paragraph and exit 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lab.machine import LabConfig, LabError, LabMachine, ssh_argv
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python -m lab``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m lab",
+        description="The rigup lab machine: a booted Debian 13 systemd-nspawn container reached "
+        "over SSH on 127.0.0.1:$RIGUP_LAB_SSH_PORT (default 2222). Needs root.",
+        epilog="Settings: RIGUP_LAB_NAME, RIGUP_LAB_SSH_PORT, RIGUP_LAB_STATE_DIR, "
+        "RIGUP_LAB_CACHE_DIR, RIGUP_LAB_MIRROR, RIGUP_LAB_UV_CACHE (0 to disable).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("up", help="create (if needed) and boot the machine; wait until SSH answers")
+    sub.add_parser("stop", help="shut the machine down (its rootfs is kept)")
+    sub.add_parser("destroy", help="stop and delete the machine (the template cache is kept)")
+    sub.add_parser("status", help="print name, state, port, rootfs and key path")
+    p_ssh = sub.add_parser(
+        "ssh",
+        help="run a command in the machine (a shell if none): ssh -- CMD... "
+        "(like ssh, the words are joined into one shell command line)",
+    )
+    p_ssh.add_argument("cmd", nargs=argparse.REMAINDER, help="command and arguments")
+    p_push = sub.add_parser("push", help="copy a host file or directory into the machine")
+    p_push.add_argument("src", type=Path, help="host file or directory")
+    p_push.add_argument("dest", help="absolute path in the machine")
+    sub.add_parser(
+        "converge",
+        help="up, seed the model mirror, run deploys/full.py, re-run it --dry --json (must plan "
+        "0 changes), run testinfra (tests/infra), print a summary; the machine keeps running",
+    )
+    return parser
+
+
+def converge(machine: LabMachine) -> int:
+    """README's main job on the lab: the scenario without destroy. Returns 0 when all passed."""
+    from lab import scenario
+
+    started = time.monotonic()
+    machine.up()
+    up = scenario.StepResult("create/up", 0, time.monotonic() - started)
+    steps = [up, scenario.seed_mirror(machine)]
+    steps.append(scenario.converge())
+    if steps[-1].ok:
+        steps.append(scenario.idempotence())
+        steps.append(scenario.verify())
+        if not steps[-1].ok:
+            print(steps[-1].detail["output"], file=sys.stderr)
+    print(scenario.format_summary(steps, machine))
+    return 0 if all(s.ok for s in steps) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (2 for a :class:`LabError`)."""
+    args = build_parser().parse_args(argv)
+    started = time.monotonic()
+    try:
+        cfg = LabConfig.from_env()
+        machine = LabMachine(cfg)
+        if args.command == "up":
+            machine.up()
+        elif args.command == "stop":
+            machine.stop()
+            print(f"lab: stop took {time.monotonic() - started:.1f} s", file=sys.stderr)
+        elif args.command == "destroy":
+            machine.destroy()
+        elif args.command == "status":
+            st = machine.status()
+            print(f"name:        {st['name']}")
+            pid = f" (nspawn pid {st['pid']})" if st["pid"] else ""
+            print(f"state:       {st['state']}{pid}")
+            print(f"ssh port:    127.0.0.1:{st['ssh_port']}")
+            print(f"rootfs:      {st['rootfs']}")
+            print(f"ssh key:     {st['ssh_key']}")
+            print(f"known_hosts: {st['known_hosts']}")
+            built = "" if st["template_cached"] else " (not built yet)"
+            print(f"template:    {st['template']}{built}")
+            print(f"uv cache:    {st['uv_cache'] or 'off'}")
+        elif args.command == "ssh":
+            cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+            if machine.state() != "running":
+                raise LabError(f"{cfg.name} is not running: start it with `python -m lab up`")
+            interactive = not cmd
+            argv_ = ssh_argv(
+                cfg, " ".join(cmd) if cmd else None, tty=interactive and sys.stdin.isatty()
+            )
+            return subprocess.run(argv_).returncode
+        elif args.command == "push":
+            machine.push(args.src, args.dest)
+        elif args.command == "converge":
+            return converge(machine)
+    except LabError as exc:
+        print(f"lab: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("lab: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""The lab scenario, molecule's sequence on the lab machine:
+create -> converge -> idempotence (a second run in ``--dry --json`` mode plans 0 changes)
+-> verify (testinfra) -> destroy.
+
+Used by ``python -m lab converge`` (README's first command; it keeps the machine) and by
+tests/lab/test_scenario.py (CI; it also breaks the machine on purpose and destroys it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab.checkpoint import build_checkpoint
+from lab.machine import LabMachine
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+#: Where the lab keeps its "mirror" of the checkpoint (inventory/lab.py points model_local_path here).
+LAB_MODEL_MIRROR = "/srv/mirror/Qwen3.6-27B-int4-AutoRound"
+
+
+@dataclass
+class StepResult:
+    """Outcome of one scenario step: exit code, wall time in seconds, and step-specific detail."""
+
+    name: str
+    rc: int
+    seconds: float
+    detail: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def seed_mirror(machine: LabMachine) -> StepResult:
+    """Build the constructed Qwen3.6-27B-AutoRound-shaped checkpoint and push it to the mirror path
+    in the machine (the "local mirror" model source)."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="rigup-ckpt-") as tmp:
+        ckpt = build_checkpoint(Path(tmp) / "ckpt")
+        machine.ssh(f"mkdir -p {LAB_MODEL_MIRROR}")
+        machine.push(ckpt, LAB_MODEL_MIRROR)
+        size = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
+    return StepResult("seed mirror", 0, time.monotonic() - started, {"bytes": size})
+
+
+def converge(inventory: str = "inventory/lab.py", deploy: str = "deploys/full.py") -> StepResult:
+    """Run the deploy for real (``pyinfra -y``), output streamed to the terminal."""
+    started = time.monotonic()
+    rc = subprocess.run(
+        [str(BIN / "pyinfra"), "-y", inventory, deploy], cwd=REPO, env=_env()
+    ).returncode
+    return StepResult("converge", rc, time.monotonic() - started)
+
+
+def plan_changes(parsed: dict) -> tuple[list[str], list[str]]:
+    """(operations that would change a host, operations that would change only if a condition
+    fires) from ``pyinfra --dry --json`` output. Conditional operations (``_if=``) depend on other
+    operations' changes, so with no unconditional change none of them can fire."""
+    changed = [op["name"] for op in parsed["plan"] if op["hosts_with_change"]]
+    conditional = [op["name"] for op in parsed["plan"] if op["hosts_with_conditional_change"]]
+    return changed, conditional
+
+
+def idempotence(inventory: str = "inventory/lab.py", deploy: str = "deploys/full.py") -> StepResult:
+    """A second run in ``--dry --json`` mode; rc 0 only when it plans no change."""
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(BIN / "pyinfra"), inventory, deploy, "--dry", "--json"],
+        cwd=REPO, env=_env(), capture_output=True, text=True,
+    )
+    seconds = time.monotonic() - started
+    if proc.returncode != 0:
+        return StepResult("idempotence", proc.returncode, seconds, {"stderr": proc.stderr[-3000:]})
+    changed, conditional = plan_changes(json.loads(proc.stdout))
+    detail = {"changes": changed, "conditional": conditional, "operations": len(json.loads(proc.stdout)["plan"])}
+    return StepResult("idempotence", 1 if changed else 0, seconds, detail)
+
+
+def verify(inventory: str = "inventory/lab.py", extra: list[str] | None = None) -> StepResult:
+    """Run the testinfra suite (tests/infra) against the inventory's hosts."""
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(BIN / "pytest"), "tests/infra", "--inventory", inventory, "-q", "-p", "no:cacheprovider",
+         *(extra or [])],
+        cwd=REPO, env=_env(), capture_output=True, text=True,
+    )
+    lines = proc.stdout.strip().splitlines()
+    return StepResult(
+        "verify", proc.returncode, time.monotonic() - started,
+        {"summary": lines[-1] if lines else "", "output": proc.stdout[-20000:] + proc.stderr[-2000:]},
+    )
+
+
+def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
+    """The closing summary of ``python -m lab converge``: what was converged and verified."""
+    out = ["", "== rigup lab summary =="]
+    for s in steps:
+        mark = "ok  " if s.ok else "FAIL"
+        line = f"{mark} {s.name:<12} {s.seconds:7.1f} s"
+        if s.name == "idempotence" and "operations" in s.detail:
+            line += (f"  {len(s.detail['changes'])} changes in {s.detail['operations']} planned "
+                     f"operations ({len(s.detail['conditional'])} conditional, none can fire)")
+            if s.detail["changes"]:
+                line += "\n       would change: " + "; ".join(s.detail["changes"])
+        if s.name == "verify":
+            line += f"  testinfra: {s.detail.get('summary', '')}"
+        if s.name == "seed mirror":
+            line += f"  constructed checkpoint, {s.detail['bytes'] / 1e6:.1f} MB"
+        out.append(line)
+    cfg = machine.cfg
+    out += [
+        f"lab machine {cfg.name}: ssh -i {cfg.ssh_key} -p {cfg.ssh_port} root@127.0.0.1 "
+        "(or .venv/bin/python -m lab ssh)",
+        "not started here: vllm.service (the lab declares no NVIDIA GPUs; installed, checked by "
+        "vLLM's own parser and config code, kept stopped)",
+    ]
+    return "\n".join(out)

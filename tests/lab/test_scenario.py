@@ -1,0 +1,143 @@
+"""The lab scenario (molecule's sequence) on a real booted Debian 13 machine:
+create -> converge -> idempotence -> verify -> broken host fails clearly -> repair -> destroy.
+
+It installs the real vLLM 0.22.1 venv (several GB, from PyPI through uv) and runs vLLM's own
+parser and config code on the lab. Needs root, systemd-nspawn and debootstrap (bin/bootstrap
+installs them) and network access to Debian's archive and PyPI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from lab import scenario
+from lab.machine import LabConfig, LabMachine
+
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the lab machine needs root (systemd-nspawn)"),
+]
+
+# A machine of its own, so the suite never touches the lab a user keeps from bin/rigup-lab.
+LAB_ENV = {"RIGUP_LAB_NAME": "rigup-lab-test", "RIGUP_LAB_SSH_PORT": "2223"}
+
+
+@pytest.fixture(scope="module")
+def lab():
+    saved = {k: os.environ.get(k) for k in LAB_ENV}
+    os.environ.update(LAB_ENV)  # subprocesses (pyinfra, pytest tests/infra) see the same machine
+    machine = LabMachine(LabConfig.from_env())
+    machine.destroy()  # a leftover from an interrupted run must not leak state into this one
+    try:
+        machine.up()
+        yield machine
+    finally:
+        machine.destroy()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def converged(lab):
+    seeded = scenario.seed_mirror(lab)
+    result = scenario.converge()
+    assert result.ok, f"converge failed (exit {result.rc}); its output is above"
+    print(f"\nseed {seeded.seconds:.1f} s, fresh converge {result.seconds:.1f} s")
+    return lab
+
+
+def _infra(*args: str) -> scenario.StepResult:
+    return scenario.verify(extra=list(args))
+
+
+def test_second_converge_plans_no_change(converged):
+    result = scenario.idempotence()
+    assert result.rc == 0, result.detail.get("stderr") or f"would change: {result.detail['changes']}"
+    assert result.detail["operations"] > 20
+    print(f"\nno-op re-converge (--dry --json) {result.seconds:.1f} s, 0 changes")
+
+
+def test_testinfra_passes_on_the_converged_lab(converged):
+    result = _infra()
+    assert result.ok, result.detail["output"]
+
+
+def test_bad_settings_are_refused_before_any_change(converged):
+    before = converged.ssh("stat -c %Y /etc/rigup/vllm/serve-args.json").stdout
+    proc = subprocess.run(
+        [str(scenario.BIN / "pyinfra"), "-y", "inventory/lab.py", "deploys/full.py",
+         "--data", "vllm_gpu_memory_utilization=lots"],
+        cwd=scenario.REPO, capture_output=True, text=True,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "vllm_gpu_memory_utilization: must be a number" in out, out
+    assert "Beginning operation run" not in out
+    assert converged.ssh("stat -c %Y /etc/rigup/vllm/serve-args.json").stdout == before
+
+
+BREAKS = {
+    "unit missing": (
+        "mv /etc/systemd/system/vllm.service /root/vllm.service.moved && systemctl daemon-reload",
+        "test_unit_runs_the_rendered_command",
+        "vllm.service is missing",
+    ),
+    "wrong vLLM version": (
+        "sed -i 's/^Version: 0.22.1$/Version: 0.22.0/' "
+        "/opt/rigup/vllm/venv/lib/python3*/site-packages/vllm-0.22.1.dist-info/METADATA",
+        "test_vllm_version",
+        "vLLM 0.22.0 installed in /opt/rigup/vllm/venv, 0.22.1 expected",
+    ),
+    "text-only flag dropped": (
+        "sed -i 's/ --language-model-only//' /etc/systemd/system/vllm.service && "
+        "systemctl daemon-reload",
+        "test_unit_runs_the_rendered_command",
+        "vllm.service does not pass --language-model-only",
+    ),
+}
+
+
+@pytest.mark.parametrize("what", list(BREAKS))
+def test_broken_lab_fails_clearly_then_converge_repairs_it(converged, what):
+    command, test_name, message = BREAKS[what]
+    converged.ssh(command)
+    broken = _infra("-k", test_name)
+    assert broken.rc != 0, f"testinfra passed on a lab with '{what}'"
+    assert message in broken.detail["output"], broken.detail["output"]
+    repaired = scenario.converge()
+    assert repaired.ok
+    assert _infra("-k", test_name).ok, f"converge did not repair '{what}'"
+
+
+def test_model_patch_shows_as_diff_and_is_declarative(converged):
+    """Switching to the seed's method edits config.json (diff under --dry --diff, original kept);
+    switching back restores the original exactly."""
+    dry = subprocess.run(
+        [str(scenario.BIN / "pyinfra"), "inventory/lab.py", "deploys/model.py", "--dry", "--diff",
+         "--data", "vllm_text_only_method=strip_vision_config"],
+        cwd=scenario.REPO, capture_output=True, text=True,
+    )
+    out = dry.stdout + dry.stderr
+    assert dry.returncode == 0, out
+    assert "vision_config" in out and "config.json" in out, out
+    config = "/srv/rigup/models/qwen3.6-27b-int4-autoround/mirror-2026-11/config.json"
+    assert "vision_config" in converged.ssh(f"cat {config}").stdout, "--dry changed the host"
+    subprocess.run(
+        [str(scenario.BIN / "pyinfra"), "-y", "inventory/lab.py", "deploys/model.py",
+         "--data", "vllm_text_only_method=strip_vision_config"],
+        cwd=scenario.REPO, check=True, capture_output=True,
+    )
+    stripped = json.loads(converged.ssh(f"cat {config}").stdout)
+    kept = json.loads(converged.ssh(f"cat {config}.rigup-orig").stdout)
+    assert "vision_config" not in stripped and "vision_config" in kept
+    subprocess.run(
+        [str(scenario.BIN / "pyinfra"), "-y", "inventory/lab.py", "deploys/model.py"],
+        cwd=scenario.REPO, check=True, capture_output=True,
+    )
+    assert json.loads(converged.ssh(f"cat {config}").stdout) == kept

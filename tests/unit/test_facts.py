@@ -1,0 +1,53 @@
+"""Facts' process() on captured output (real command output shapes)."""
+
+import pytest
+
+from roles.common.facts import DirectoryInventory, JsonFile, UvSyncPending, UvVersion
+from roles.common.preflight import HostBasics
+
+
+def test_uv_version():
+    assert UvVersion().process(["uv 0.13.9 (x86_64-unknown-linux-gnu)"]) == "0.13.9"
+    assert UvVersion().process([]) is None
+
+
+# Captured: `uv pip sync --dry-run` against a venv built by `uv pip install vllm==0.22.1`.
+UV_DRIFT = """Using Python 3.11.7 environment at: vllm-venv
+Resolved 193 packages in 346ms
+Would download 1 package
+Would uninstall 1 package
+Would install 1 package
+ - setuptools==81.0.0
+ + setuptools==80.10.2""".splitlines()
+
+
+def test_uv_sync_pending_lists_changes():
+    assert UvSyncPending().process(UV_DRIFT) == ["- setuptools==81.0.0", "+ setuptools==80.10.2"]
+
+
+def test_uv_sync_pending_clean_and_missing():
+    clean = ["Using Python 3.13.5 environment at: /opt/rigup/vllm/venv",
+             "Resolved 193 packages in 301ms", "Would make no changes"]
+    assert UvSyncPending().process(clean) == []
+    assert UvSyncPending().process(["@no-venv"]) is None
+    assert UvSyncPending().process(["error: No such file", "@error"])[0].startswith("!error: ")
+
+
+def test_json_file():
+    assert JsonFile().process(["@absent"]) is None
+    assert JsonFile().process(['{"a":', ' 1}']) == {"a": 1}
+    with pytest.raises(ValueError):
+        JsonFile().process(["{not json"])
+
+
+def test_directory_inventory():
+    assert DirectoryInventory().process(["@absent"]) is None
+    assert DirectoryInventory().process(["@present"]) == {}
+    out = DirectoryInventory().process(["@present", "12 config.json", "7 sub dir/file name"])
+    assert out == {"config.json": 12, "sub dir/file name": 7}
+
+
+def test_host_basics():
+    out = HostBasics().process(["id=ubuntu", "version_id=26.04", "systemd=1", "uid=0"])
+    assert out == {"id": "ubuntu", "version_id": "26.04", "systemd": True, "uid": 0}
+    assert HostBasics().process(["id=", "systemd=0", "uid=1000"])["systemd"] is False

@@ -1,0 +1,81 @@
+"""Rendering of the vLLM service from the settings."""
+
+import json
+import shlex
+
+from roles.common.paths import Paths
+from roles.vllm import health_url
+from roles.vllm.flags import exec_start, serve_args, service_env, systemd_quote
+
+
+def test_seed_command_line(settings):
+    args = serve_args(settings)
+    assert args[0] == "/srv/rigup/models/qwen3.6-27b-int4-autoround/mirror-2026-11"
+    pairs = dict(zip(args[1::2], args[2::2]))
+    assert pairs["--tensor-parallel-size"] == "2"
+    assert pairs["--kv-cache-dtype"] == "fp8_e5m2"
+    assert pairs["--block-size"] == "16"
+    assert pairs["--max-num-batched-tokens"] == "16384"
+    assert pairs["--max-model-len"] == "262144"
+    assert pairs["--host"] == "127.0.0.1" and pairs["--port"] == "8000"
+    spec = args[args.index("--speculative-config") + 1]
+    assert spec == '{"method":"mtp","num_speculative_tokens":3}'
+    assert args[-1] == "--language-model-only"
+
+
+def test_strip_method_has_no_language_model_only_flag(settings):
+    settings["vllm_text_only_method"] = "strip_vision_config"
+    assert "--language-model-only" not in serve_args(settings)
+
+
+def test_no_speculative_config_when_off(settings):
+    settings["vllm_speculative_config"] = None
+    assert "--speculative-config" not in serve_args(settings)
+
+
+def test_extra_args_come_last(settings):
+    settings["vllm_extra_args"] = ["--enforce-eager"]
+    assert serve_args(settings)[-1] == "--enforce-eager"
+
+
+def test_systemd_quoting_round_trips_through_a_shell_like_split():
+    """systemd's ExecStart= splitting matches POSIX quoting for what rigup emits, once systemd's
+    own specifier (%%) and variable ($$) escapes are undone."""
+    tricky = ['{"method":"mtp","num_speculative_tokens":3}', "50%", "$HOME", 'a "b"', "back\\slash"]
+    line = " ".join(systemd_quote(a) for a in tricky)
+    undone = line.replace("%%", "%").replace("$$", "$")
+    assert shlex.split(undone) == tricky
+    assert "%%" in line and "$$HOME" in line
+
+
+def test_plain_args_stay_unquoted():
+    assert systemd_quote("--tensor-parallel-size") == "--tensor-parallel-size"
+    assert systemd_quote("/opt/rigup/vllm/venv/bin/vllm") == "/opt/rigup/vllm/venv/bin/vllm"
+
+
+def test_exec_start(settings):
+    p = Paths.from_data(settings)
+    line = exec_start(p.vllm_bin, serve_args(settings))
+    assert line.startswith("/opt/rigup/vllm/venv/bin/vllm serve /srv/rigup/models/")
+    assert '"{\\"method\\":\\"mtp\\",\\"num_speculative_tokens\\":3}"' in line
+
+
+def test_service_env_is_offline_and_local(settings):
+    env = service_env(settings, "/var/lib/rigup/vllm")
+    assert env["HF_HUB_OFFLINE"] == "1" and env["VLLM_NO_USAGE_STATS"] == "1"
+    assert all(v.startswith("/var/lib/rigup/vllm") for k, v in env.items() if k.endswith(("_HOME", "_DIR", "_ROOT")))
+    settings["vllm_env"] = {"VLLM_LOGGING_LEVEL": "DEBUG", "HF_HUB_OFFLINE": "0"}
+    env = service_env(settings, "/h")
+    assert env["VLLM_LOGGING_LEVEL"] == "DEBUG" and env["HF_HUB_OFFLINE"] == "0"
+
+
+def test_health_url_probes_loopback_for_wildcard_binds(settings):
+    assert health_url(settings) == "http://127.0.0.1:8000/health"
+    settings["vllm_host"] = "0.0.0.0"
+    assert health_url(settings) == "http://127.0.0.1:8000/health"
+    settings["vllm_host"] = "::1"
+    assert health_url(settings) == "http://[::1]:8000/health"
+
+
+def test_args_file_is_json_list(settings):
+    assert json.loads(json.dumps(serve_args(settings))) == serve_args(settings)

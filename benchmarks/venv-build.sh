@@ -10,7 +10,7 @@ lock=${LOCK:-/opt/rigup/vllm/requirements.lock}
 python=${PYTHON:-python3}
 dir=${BENCH_DIR:-/var/tmp/rigup-bench}
 rm -rf "$dir"; mkdir -p "$dir/tmp"
-export TMPDIR="$dir/tmp" UV_PYTHON_DOWNLOADS=never
+export TMPDIR="$dir/tmp" UV_PYTHON_DOWNLOADS=never UV_SYSTEM_CERTS=1
 
 t0=$(date +%s.%N)
 UV_CACHE_DIR="$dir/uv-cache" "$uv" venv -q --python "$python" "$dir/uv-venv"

@@ -9,6 +9,16 @@ from typing import Any
 from pyinfra.api import FactBase
 
 
+def uv_env(cache_dir: str, tmp_dir: str) -> str:
+    """Environment prefix for every uv command rigup runs: its wheel cache, temp files off the
+    tmpfs /tmp, the system's CA store (UV_SYSTEM_CERTS: uv otherwise trusts only its bundled
+    roots, which fails behind a TLS-inspecting proxy; measured in the lab), no Python downloads."""
+    return (
+        f"UV_CACHE_DIR={shlex.quote(cache_dir)} TMPDIR={shlex.quote(tmp_dir)} "
+        "UV_SYSTEM_CERTS=1 UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1"
+    )
+
+
 class UvVersion(FactBase):
     """Version of the uv binary at ``path``: ``"0.13.9"``, or None when it is absent/broken.
 
@@ -37,7 +47,7 @@ class UvSyncPending(FactBase):
     """
 
     def command(self, uv: str, python: str, lock: str, cache_dir: str, tmp_dir: str) -> str:
-        prefix = f"UV_CACHE_DIR={shlex.quote(cache_dir)} TMPDIR={shlex.quote(tmp_dir)}"
+        prefix = uv_env(cache_dir, tmp_dir)
         return (
             f"if ! test -x {shlex.quote(python)}; then echo '@no-venv'; "
             f"elif ! test -f {shlex.quote(lock)}; then echo '@no-lock'; "

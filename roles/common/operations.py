@@ -11,8 +11,8 @@ import copy
 import hashlib
 import json
 import shlex
-from io import StringIO
 from collections.abc import Callable
+from io import StringIO
 from typing import Any
 
 from pyinfra import host
@@ -21,21 +21,13 @@ from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
-from roles.common.facts import JsonFile, UvSyncPending
+from roles.common.facts import JsonFile, UvSyncPending, uv_env
 
 
 def fingerprint(*parts: Any) -> str:
     """Stable sha256 hex digest of JSON-serialisable parts (dicts are key-sorted)."""
     blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def build_env(cache_dir: str, tmp_dir: str) -> str:
-    """Environment prefix for uv: its cache, temp files off the tmpfs /tmp, no Python downloads."""
-    return (
-        f"UV_CACHE_DIR={shlex.quote(cache_dir)} TMPDIR={shlex.quote(tmp_dir)} "
-        "UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1"
-    )
 
 
 @operation()
@@ -59,7 +51,7 @@ def uv_venv_synced(venv: str, lock: str, python: str, uv: str, cache_dir: str, t
         return
     if pending and pending[0].startswith("!error"):
         raise OperationError(f"uv could not check {venv} against {lock}: {pending[0][8:]}")
-    env = build_env(cache_dir, tmp_dir)
+    env = uv_env(cache_dir, tmp_dir)
     yield f"mkdir -p {shlex.quote(tmp_dir)} {shlex.quote(cache_dir)}"
     if pending is None:
         yield f"{env} {shlex.quote(uv)} venv --python {shlex.quote(python)} {shlex.quote(venv)}"

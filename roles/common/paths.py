@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+
 def model_dir(data: Any) -> str:
     """Absolute path of the placed checkpoint: ``<model_store_dir>/<model_name>/<model_revision>``."""
     store = str(data.get("model_store_dir")).rstrip("/")

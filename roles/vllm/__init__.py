@@ -81,6 +81,13 @@ def vllm() -> None:
         tmp_dir=p.tmp,
     )
 
+    # A rebuilt venv is a different vLLM as far as the checks below are concerned: forget their
+    # earlier verdicts so they run again against the new one.
+    stamps = [f"{p.checks}/vllm-args.ok", f"{p.checks}/text-only.ok"]
+    for stamp in stamps:
+        files.file(name=f"Forget {stamp} (venv rebuilt)", path=stamp, present=False,
+                   _if=venv.did_change)
+
     scripts = {
         "check_args.py": FILES / "vllm" / "check_args.py",
         "text_only_check.py": FILES / "model" / "text_only_check.py",
@@ -101,7 +108,7 @@ def vllm() -> None:
     check_passes(
         name="Check the serve arguments with vLLM's own parser",
         command=f"{python} {p.vllm_scripts}/check_args.py {p.vllm_args_file}",
-        stamp=f"{p.checks}/vllm-args.ok",
+        stamp=stamps[0],
         key=fingerprint(args, venv_key, _sha256(scripts["check_args.py"])),
         what="vLLM argument check",
     )
@@ -116,7 +123,7 @@ def vllm() -> None:
             f"{as_user} {python} {p.vllm_scripts}/text_only_check.py {shlex.quote(p.model_dir)} "
             f"--method {method}"
         ),
-        stamp=f"{p.checks}/text-only.ok",
+        stamp=stamps[1],
         key=fingerprint(p.model_dir, method, venv_key, _sha256(scripts["text_only_check.py"])),
         what="text-only check",
     )

@@ -5,6 +5,7 @@ import shlex
 
 import pytest
 
+from roles.common.facts import uv_env
 from roles.common.settings import VLLM_KV_CACHE_DTYPES
 from roles.vllm import health_url
 from roles.vllm.flags import serve_args, service_env
@@ -39,7 +40,7 @@ def test_vllm_version(host, data, paths):
 
 def test_venv_matches_lock(host, paths):
     out = host.run(
-        f"UV_CACHE_DIR={paths.uv_cache} TMPDIR={paths.tmp} {paths.uv} pip sync --dry-run "
+        f"{uv_env(paths.uv_cache, paths.tmp)} {paths.uv} pip sync --dry-run "
         f"--require-hashes --python {_python(paths)} {paths.vllm_lock}"
     )
     drift = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith((" + ", " - "))]
@@ -51,7 +52,7 @@ def test_kv_cache_dtypes_match_pinned_vllm(host, paths):
     code = "import json, typing; from vllm.config.cache import CacheDType; print(json.dumps(typing.get_args(CacheDType)))"
     out = host.run(f"{_python(paths)} -c {shlex.quote(code)}")
     assert out.rc == 0, out.stderr[-400:]
-    assert tuple(json.loads(out.stdout)) == VLLM_KV_CACHE_DTYPES
+    assert tuple(json.loads(out.stdout.strip().splitlines()[-1])) == VLLM_KV_CACHE_DTYPES
 
 
 def test_rendered_arguments_are_the_settings(host, data, paths):
@@ -97,7 +98,7 @@ def test_unit_runs_the_rendered_command(host, data, paths):
 @pytest.mark.unit(UNIT)
 def test_unit_file_verifies(host):
     out = host.run(f"systemd-analyze verify {UNIT}")
-    problems = [l for l in (out.stdout + out.stderr).splitlines() if "vllm.service" in l]
+    problems = [x for x in (out.stdout + out.stderr).splitlines() if "vllm.service" in x]
     assert out.rc == 0 and not problems, f"systemd-analyze verify: {out.stdout}{out.stderr}"
 
 
@@ -120,7 +121,7 @@ def test_env_file_private_and_complete(host, data, paths):
     f = host.file(paths.vllm_env_file)
     assert f.exists and f.user == "root" and f.group == data.get("vllm_user")
     assert f.mode == 0o640, f"{f.path} has mode {oct(f.mode)}: it must not be world-readable"
-    lines = dict(l.split("=", 1) for l in f.content_string.splitlines() if l and not l.startswith("#"))
+    lines = dict(x.split("=", 1) for x in f.content_string.splitlines() if x and not x.startswith("#"))
     assert lines == service_env(data, paths.vllm_home)
 
 

@@ -24,7 +24,11 @@ code the server runs next, as far as that code runs without a GPU:
    keys, an unknown "method", num_speculative_tokens <= 0 fail. The full SpeculativeConfig
    needs the target model's config, so it is only built with --with-model.
 4. AsyncEngineArgs.from_cli_args(namespace), which builds the nested configs
-   (compilation, attention, kernel, ...) and resolves the quantization config.
+   (compilation, attention, kernel, ...) and resolves the quantization config. Under
+   HF_HUB_OFFLINE=1 (rigup's service env) it also resolves the model path offline
+   (transformers_utils/repo_utils.py get_model_path): a local path that does not exist yet is
+   taken for a Hub repo id and fails, exactly as `vllm serve` would; run the check after the
+   model is placed, or without HF_HUB_OFFLINE.
 5. Only with --with-model (the model directory must exist locally): EngineArgs.
    create_model_config() (reads MODEL/config.json: architecture, quantization, max_model_len
    against the model) and create_speculative_config() (e.g. resolves the MTP draft).
@@ -308,7 +312,17 @@ def check(argv: list[str], with_model: bool) -> dict:
     try:
         engine_args = AsyncEngineArgs.from_cli_args(ns)
     except Exception as e:
-        raise CheckFailed(f"AsyncEngineArgs.from_cli_args: {type(e).__name__}: {e}") from None
+        message = f"AsyncEngineArgs.from_cli_args: {type(e).__name__}: {e}"
+        import huggingface_hub
+
+        if huggingface_hub.constants.HF_HUB_OFFLINE and not os.path.exists(ns.model):
+            # EngineArgs.__post_init__ resolves the model offline (repo_utils.get_model_path):
+            # a local path that does not exist yet is taken for a Hub repo id
+            message = (
+                f"model path {ns.model} does not exist; with HF_HUB_OFFLINE=1 vLLM takes it for"
+                f" a Hugging Face repo id ({message})"
+            )
+        raise CheckFailed(message) from None
     steps.append("AsyncEngineArgs.from_cli_args")
 
     # snapshot before create_speculative_config adds the target configs to the same dict

@@ -41,15 +41,15 @@ vllm_port = 8000  # vLLM docs: default port of `vllm serve`
 vllm_served_model_name = "qwen3.6-27b"  # the name clients send as "model"
 vllm_tensor_parallel_size = 2  # seed: TP=2 across the two 3090s
 vllm_kv_cache_dtype = "fp8_e5m2"  # seed; vLLM docs: fp8 KV cache halves its memory
-# seed: 16. vLLM 0.22.1 keeps it as the user's value but, for hybrid (attention + mamba/GDN) models
-# such as Qwen3.6, raises the *attention* block size so one attention page holds at least one
-# mamba state page (2x3090 logs: "Setting attention block size to 784 tokens"); docs/text-only.md
+# seed: 16. For hybrid (attention + gated-delta-net) models such as Qwen3.6, vLLM 0.22.1 raises the
+# attention block size until one page holds a mamba state: 784 with bf16 KV (2x3090 logs), 1600
+# with these flags (fp8_e5m2 + MTP 3, measured with vLLM's own code). docs/text-only.md
 vllm_block_size = 16
 vllm_max_num_batched_tokens = 16384  # seed
 vllm_speculative_config = {"method": "mtp", "num_speculative_tokens": 3}  # seed: MTP, 3 tokens
 vllm_max_model_len = 262144  # seed: full 256 Ki context (2x3090 log: KV pool 623,873 tokens)
 # seed: ~23.4 GB in use on each 24 GB card at TP=2; 0.94 x 24 GiB = 22.6 GiB for vLLM plus
-# ~0.8 GiB of CUDA context/NCCL outside the budget (vLLM docs: default 0.9)
+# ~0.8 GiB of CUDA context/NCCL outside the budget (vLLM 0.22.1 default: 0.92, config/cache.py)
 vllm_gpu_memory_utilization = 0.94
 # How text-only serving is obtained (docs/text-only.md):
 #   "language_model_only": vLLM 0.22.1's --language-model-only flag, config.json untouched

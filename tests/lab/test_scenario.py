@@ -69,6 +69,20 @@ def test_testinfra_passes_on_the_converged_lab(converged):
     assert result.ok, result.detail["output"]
 
 
+def test_pinned_vllm_facts_hold_in_the_deployed_venv(converged):
+    """tests/vllm on the lab's own venv: vLLM 0.22.1's parser rejects typos, removed flags and bad
+    JSON; its config code sees the constructed Qwen3.6 checkpoint text-only with
+    --language-model-only and NOT with the seed's stripped config; block size 16 is raised."""
+    proc = subprocess.run(
+        [str(scenario.BIN / "pytest"), "tests/vllm", "-q", "-p", "no:cacheprovider", "-rs"],
+        cwd=scenario.REPO, env={**os.environ, "RIGUP_VLLM_ON_LAB": "1"},
+        capture_output=True, text=True,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-15000:]
+    assert "skipped" not in out.splitlines()[-1], out[-3000:]
+
+
 def test_bad_settings_are_refused_before_any_change(converged):
     before = converged.ssh("stat -c %Y /etc/rigup/vllm/serve-args.json").stdout
     proc = subprocess.run(
@@ -89,8 +103,10 @@ BREAKS = {
         "vllm.service is missing",
     ),
     "wrong vLLM version": (
-        "sed -i 's/^Version: 0.22.1$/Version: 0.22.0/' "
-        "/opt/rigup/vllm/venv/lib/python3*/site-packages/vllm-0.22.1.dist-info/METADATA",
+        # what a hand-run `pip install vllm==0.22.0` in the venv leaves behind
+        "UV_SYSTEM_CERTS=1 UV_CACHE_DIR=/var/cache/rigup/uv TMPDIR=/var/tmp/rigup "
+        "/opt/rigup/uv/bin/uv pip install -q --no-deps --python /opt/rigup/vllm/venv/bin/python "
+        "vllm==0.22.0",
         "test_vllm_version",
         "vLLM 0.22.0 installed in /opt/rigup/vllm/venv, 0.22.1 expected",
     ),

@@ -11,7 +11,7 @@ from roles.vllm.flags import exec_start, serve_args, service_env, systemd_quote
 def test_seed_command_line(settings):
     args = serve_args(settings)
     assert args[0] == "/srv/rigup/models/qwen3.6-27b-int4-autoround/mirror-2026-11"
-    pairs = dict(zip(args[1::2], args[2::2]))
+    pairs = dict(zip(args[1::2], args[2::2], strict=False))
     assert pairs["--tensor-parallel-size"] == "2"
     assert pairs["--kv-cache-dtype"] == "fp8_e5m2"
     assert pairs["--block-size"] == "16"

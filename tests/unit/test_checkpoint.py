@@ -155,7 +155,7 @@ def test_unknown_variant_is_named(tmp_path):
 
 
 def test_main_builds_one(tmp_path):
-    script = Path(__file__).resolve().parents[1] / "lab" / "checkpoint.py"
+    script = Path(__file__).resolve().parents[2] / "lab" / "checkpoint.py"
     out = subprocess.run(
         [sys.executable, str(script), str(tmp_path / "c")],
         capture_output=True,

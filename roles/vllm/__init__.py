@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
+from pyinfra.facts.server import Which
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
@@ -154,7 +155,8 @@ def vllm() -> None:
     )
     systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
 
-    if gpus > 0:
+    driver = host.get_fact(Which, command="nvidia-smi") if gpus > 0 else None
+    if gpus > 0 and driver:
         systemd.service(name=f"{UNIT} enabled and running", service=UNIT, running=True, enabled=True)
         systemd.service(
             name=f"Restart {UNIT} (its inputs changed)",
@@ -164,12 +166,17 @@ def vllm() -> None:
             _if=any_changed(unit, env_file, argv, venv, lock),
         )
     else:
+        why = (
+            "this host declares no NVIDIA GPUs (nvidia_gpu_count = 0)"
+            if gpus == 0
+            else f"it declares {gpus} GPU(s) but has no NVIDIA driver (no nvidia-smi on PATH)"
+        )
         logger.warning(
-            f"[{host.name}] vLLM: this host declares no NVIDIA GPUs (nvidia_gpu_count = 0): "
-            f"{UNIT} is installed and checked but not started (kept stopped and disabled)."
+            f"[{host.name}] vLLM: {why}: {UNIT} is installed and checked but not started "
+            "(kept stopped and disabled)."
         )
         systemd.service(
-            name=f"{UNIT} installed, not started (no GPUs declared)",
+            name=f"{UNIT} installed, not started (no GPUs or no driver)",
             service=UNIT,
             running=False,
             enabled=False,

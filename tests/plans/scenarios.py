@@ -35,8 +35,18 @@ def _mirror_present() -> dict:
     }
 
 
+def _driver() -> dict:
+    return {"command -v nvidia-smi": ["/usr/bin/nvidia-smi"]}
+
+
 def fresh_rig():
-    """Ubuntu 26.04, nothing of rigup yet, the checkpoint on a mounted mirror; 2 GPUs declared."""
+    """Ubuntu 26.04 with the NVIDIA driver, nothing of rigup yet, the checkpoint on a mounted
+    mirror; 2 GPUs declared."""
+    return {**_ubuntu_2604(), **_driver(), **_mirror_present()}, {}
+
+
+def fresh_rig_no_driver():
+    """As fresh_rig, but no NVIDIA driver is installed yet (no nvidia-smi)."""
     return {**_ubuntu_2604(), **_mirror_present()}, {}
 
 
@@ -83,6 +93,7 @@ SCENARIOS = {
     f.__name__: f
     for f in (
         fresh_rig,
+        fresh_rig_no_driver,
         fresh_no_gpu,
         bad_kv_cache_dtype,
         too_few_gpus,

@@ -67,15 +67,19 @@ def test_fresh_rig_restarts_only_on_change(fresh_rig):
     assert "vLLM | systemd daemon-reload" in conditional(fresh_rig)
 
 
-def test_no_gpu_host_installs_but_does_not_start():
-    rc, parsed, err = plan("fresh_no_gpu")
+@pytest.mark.parametrize(
+    "scenario,why",
+    [("fresh_no_gpu", "declares no NVIDIA GPUs"), ("fresh_rig_no_driver", "has no NVIDIA driver")],
+)
+def test_host_without_gpus_or_driver_installs_but_does_not_start(scenario, why):
+    rc, parsed, err = plan(scenario)
     assert rc == 0, err
     names = changes(parsed) + conditional(parsed)
-    assert "vLLM | vllm.service installed, not started (no GPUs declared)" in [
+    assert "vLLM | vllm.service installed, not started (no GPUs or no driver)" in [
         op["name"] for op in parsed["plan"]
     ]
     assert not any("enabled and running" in n or "Restart" in n for n in names)
-    assert "declares no NVIDIA GPUs" in err and "not started" in err
+    assert why in err and "not started" in err
 
 
 @pytest.mark.parametrize(

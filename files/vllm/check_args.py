@@ -63,6 +63,8 @@ import time
 import typing
 import warnings
 
+from vllm_offline import claim_stdout, ensure_platform  # next to this script
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 _UNSET = object()
@@ -96,30 +98,6 @@ def explain_parse_error(message: str) -> str:
         except ValueError as e:
             return f"argument {m['flags']}: invalid JSON {m['value']!r}: {e}"
     return message
-
-
-def claim_stdout():
-    """Return a writer for the real stdout and point fd 1 at stderr.
-
-    vLLM logs to stdout by default (VLLM_LOGGING_STREAM) and argparse prints help there; the
-    JSON result must be the only thing on stdout.
-    """
-    sys.stdout.flush()
-    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)
-    return out
-
-
-def ensure_platform() -> str:
-    """Give vLLM a platform when it detects none (see the module docstring)."""
-    from vllm import platforms
-
-    if not platforms.current_platform.is_unspecified():
-        return f"{platforms.current_platform.device_type} (detected)"
-    from vllm.platforms.cpu import CpuPlatform
-
-    platforms.current_platform = CpuPlatform()
-    return "cpu (no accelerator detected; vLLM's `vllm bench` fallback)"
 
 
 def build_parser():

@@ -3,7 +3,7 @@
 Settings: every ``vllm_*`` key in inventory/group_data/all.py, plus nvidia_gpu_count. The
 rendered ``vllm serve`` arguments are checked on the host by vLLM's own argument parser from the
 venv (files/vllm/check_args.py), and the checkpoint by vLLM's own config code
-(files/model/text_only_check.py), before the service is (re)started.
+(files/vllm/text_only_check.py), before the service is (re)started.
 """
 
 from __future__ import annotations
@@ -91,7 +91,8 @@ def vllm() -> None:
 
     scripts = {
         "check_args.py": FILES / "vllm" / "check_args.py",
-        "text_only_check.py": FILES / "model" / "text_only_check.py",
+        "text_only_check.py": FILES / "vllm" / "text_only_check.py",
+        "vllm_offline.py": FILES / "vllm" / "vllm_offline.py",
         "wait-ready": FILES / "vllm" / "wait-ready",
     }
     for name, src in scripts.items():
@@ -110,7 +111,8 @@ def vllm() -> None:
         name="Check the serve arguments with vLLM's own parser",
         command=f"{python} {p.vllm_scripts}/check_args.py {p.vllm_args_file}",
         stamp=stamps[0],
-        key=fingerprint(args, venv_key, _sha256(scripts["check_args.py"])),
+        key=fingerprint(args, venv_key, _sha256(scripts["check_args.py"]),
+                        _sha256(scripts["vllm_offline.py"])),
         what="vLLM argument check",
     )
     method = data.vllm_text_only_method
@@ -125,7 +127,8 @@ def vllm() -> None:
             f"--method {method}"
         ),
         stamp=stamps[1],
-        key=fingerprint(p.model_dir, method, venv_key, _sha256(scripts["text_only_check.py"])),
+        key=fingerprint(p.model_dir, method, venv_key, _sha256(scripts["text_only_check.py"]),
+                        _sha256(scripts["vllm_offline.py"])),
         what="text-only check",
     )
 

@@ -1,4 +1,4 @@
-"""The on-target checks (files/vllm/check_args.py, files/model/text_only_check.py) run with a
+"""The on-target checks (files/vllm/check_args.py, files/vllm/text_only_check.py) run with a
 real vLLM venv's python against rigup's argv and the constructed checkpoint.
 
     RIGUP_VLLM_PYTHON=/var/tmp/vllm-venv/bin/python .venv/bin/pytest tests/vllm   # a local venv
@@ -29,7 +29,8 @@ from lab.checkpoint import build_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK_ARGS = REPO / "files" / "vllm" / "check_args.py"
-TEXT_ONLY = REPO / "files" / "model" / "text_only_check.py"
+TEXT_ONLY = REPO / "files" / "vllm" / "text_only_check.py"
+SHARED = REPO / "files" / "vllm" / "vllm_offline.py"
 ON_LAB = os.environ.get("RIGUP_VLLM_ON_LAB") == "1"
 #: the venv rigup deploys (roles/common/paths.py, default settings)
 LAB_PYTHON = "/opt/rigup/vllm/venv/bin/python"
@@ -140,7 +141,7 @@ def _rigup_argv(settings: dict, model: Path) -> list[str] | None:
 def runs(tmp_path_factory) -> dict[str, Run]:
     tmp = tmp_path_factory.mktemp("pinned-vllm")
     scripts = {}
-    for src in (CHECK_ARGS, TEXT_ONLY):
+    for src in (CHECK_ARGS, TEXT_ONLY, SHARED):
         scripts[src] = tmp / src.name
         shutil.copy2(src, scripts[src])
     ckpt = build_checkpoint(tmp / "ckpt")

@@ -47,10 +47,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
+
+from vllm_offline import claim_stdout, ensure_platform  # next to this script
 
 METHODS = ("language_model_only", "strip_vision_config")
 VISION_SUMMARY_KEYS = (
@@ -63,26 +64,6 @@ VISION_SUMMARY_KEYS = (
     "spatial_merge_size",
     "temporal_patch_size",
 )
-
-
-def claim_stdout():
-    """Writer for the real stdout; fd 1 goes to stderr (vLLM logs to stdout by default)."""
-    sys.stdout.flush()
-    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)
-    return out
-
-
-def ensure_platform() -> str:
-    """The CPU platform stands in only when vLLM detects none (see module docstring)."""
-    from vllm import platforms
-
-    if not platforms.current_platform.is_unspecified():
-        return f"{platforms.current_platform.device_type} (detected)"
-    from vllm.platforms.cpu import CpuPlatform
-
-    platforms.current_platform = CpuPlatform()
-    return "cpu (no accelerator detected; vLLM's `vllm bench` fallback)"
 
 
 def read_file_config(model_dir: Path) -> dict:

@@ -12,8 +12,15 @@ host overrides them for this host only.
 """
 
 import os
+import sys
 
 _host = os.environ.get("RIGUP_RIG_HOST", "rig.local")
+if "RIGUP_RIG_HOST" not in os.environ:
+    print(
+        "inventory/rig.py: RIGUP_RIG_HOST is not set, so the rig is 'rig.local'; set it (host, "
+        "address or @local) or edit inventory/rig.py",
+        file=sys.stderr,
+    )
 _data = {"nvidia_gpu_count": 2}  # two RTX 3090s; rigup checks this against the PCI bus
 
 if not _host.startswith("@"):

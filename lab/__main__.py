@@ -60,6 +60,11 @@ def converge(machine: LabMachine) -> int:
         steps.append(scenario.verify())
         if not steps[-1].ok:
             print(steps[-1].detail["output"], file=sys.stderr)
+    else:
+        skipped = "not run: the converge failed (its error is above)"
+        steps += [
+            scenario.StepResult(n, -1, 0.0, {"skipped": skipped}) for n in ("idempotence", "verify")
+        ]
     print(scenario.format_summary(steps, machine))
     return 0 if all(s.ok for s in steps) else 1
 

@@ -360,13 +360,27 @@ def port_in_use(port: int, host: str = SSH_HOST) -> bool:
 def port_taken_message(cfg: LabConfig, holder: str | None = None) -> str:
     """The error text for "the SSH port is held by something that is not this lab machine"."""
     who = f" (held by {holder})" if holder else ""
+    free = next((p for p in range(2230, 2300) if not port_in_use(p)), 2230)
     return (
         f"TCP port {cfg.ssh_port} on {SSH_HOST} is already in use{who}, and not by lab machine "
         f"{cfg.name!r}: its sshd shares the host network and must listen there. Stop whatever "
         f"holds the port, or choose another port with RIGUP_LAB_SSH_PORT, e.g. "
-        f"`RIGUP_LAB_SSH_PORT={cfg.ssh_port + 1 if cfg.ssh_port < 65535 else 2222} "
-        "python -m lab up` (use the same value for the inventory and the tests)."
+        f"`RIGUP_LAB_SSH_PORT={free} .venv/bin/python -m lab up`, and export the same "
+        "RIGUP_LAB_NAME and RIGUP_LAB_SSH_PORT for pyinfra and pytest (inventory/lab.py reads "
+        "them)."
     )
+
+
+def lab_machine_on_port(state_root: Path, port: int) -> str | None:
+    """Name of a lab machine under ``state_root`` (e.g. /var/lib/rigup-lab) configured to listen
+    on ``port``, or None: lets a port clash name the lab that holds it."""
+    for dropin in sorted(state_root.glob("*/rootfs/etc/ssh/sshd_config.d/rigup-lab.conf")):
+        try:
+            if dropin_port(dropin.read_text()) == port:
+                return dropin.parents[4].name
+        except OSError:
+            continue
+    return None
 
 
 def port_holder(port: int) -> str | None:
@@ -618,7 +632,9 @@ class LabMachine:
             check_tools()
             if pid is None:
                 if port_in_use(self.cfg.ssh_port):
-                    raise LabError(port_taken_message(self.cfg, port_holder(self.cfg.ssh_port)))
+                    other = lab_machine_on_port(self.cfg.state_dir.parent, self.cfg.ssh_port)
+                    holder = f"lab machine {other!r}" if other else port_holder(self.cfg.ssh_port)
+                    raise LabError(port_taken_message(self.cfg, holder))
                 self._ensure_template()
                 self._ensure_rootfs()
                 self._ensure_key()

@@ -40,6 +40,10 @@ class StepResult:
     def ok(self) -> bool:
         return self.rc == 0
 
+    @property
+    def skipped(self) -> bool:
+        return "skipped" in self.detail
+
 
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -80,13 +84,20 @@ def idempotence(inventory: str = "inventory/lab.py", deploy: str = "deploys/full
     started = time.monotonic()
     proc = subprocess.run(
         [str(BIN / "pyinfra"), inventory, deploy, "--dry", "--json"],
-        cwd=REPO, env=_env(), capture_output=True, text=True,
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
     )
     seconds = time.monotonic() - started
     if proc.returncode != 0:
         return StepResult("idempotence", proc.returncode, seconds, {"stderr": proc.stderr[-3000:]})
     changed, conditional = plan_changes(json.loads(proc.stdout))
-    detail = {"changes": changed, "conditional": conditional, "operations": len(json.loads(proc.stdout)["plan"])}
+    detail = {
+        "changes": changed,
+        "conditional": conditional,
+        "operations": len(json.loads(proc.stdout)["plan"]),
+    }
     return StepResult("idempotence", 1 if changed else 0, seconds, detail)
 
 
@@ -94,14 +105,30 @@ def verify(inventory: str = "inventory/lab.py", extra: list[str] | None = None) 
     """Run the testinfra suite (tests/infra) against the inventory's hosts."""
     started = time.monotonic()
     proc = subprocess.run(
-        [str(BIN / "pytest"), "tests/infra", "--inventory", inventory, "-q", "-p", "no:cacheprovider",
-         *(extra or [])],
-        cwd=REPO, env=_env(), capture_output=True, text=True,
+        [
+            str(BIN / "pytest"),
+            "tests/infra",
+            "--inventory",
+            inventory,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *(extra or []),
+        ],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
     )
     lines = proc.stdout.strip().splitlines()
     return StepResult(
-        "verify", proc.returncode, time.monotonic() - started,
-        {"summary": lines[-1] if lines else "", "output": proc.stdout[-20000:] + proc.stderr[-2000:]},
+        "verify",
+        proc.returncode,
+        time.monotonic() - started,
+        {
+            "summary": lines[-1] if lines else "",
+            "output": proc.stdout[-20000:] + proc.stderr[-2000:],
+        },
     )
 
 
@@ -109,11 +136,16 @@ def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
     """The closing summary of ``python -m lab converge``: what was converged and verified."""
     out = ["", "== rigup lab summary =="]
     for s in steps:
+        if s.skipped:
+            out.append(f"SKIP {s.name:<12}            {s.detail['skipped']}")
+            continue
         mark = "ok  " if s.ok else "FAIL"
         line = f"{mark} {s.name:<12} {s.seconds:7.1f} s"
         if s.name == "idempotence" and "operations" in s.detail:
-            line += (f"  {len(s.detail['changes'])} changes in {s.detail['operations']} planned "
-                     f"operations ({len(s.detail['conditional'])} conditional, none can fire)")
+            line += (
+                f"  {len(s.detail['changes'])} changes in {s.detail['operations']} planned "
+                f"operations ({len(s.detail['conditional'])} conditional, none can fire)"
+            )
             if s.detail["changes"]:
                 line += "\n       would change: " + "; ".join(s.detail["changes"])
         if s.name == "verify":
@@ -122,10 +154,13 @@ def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
             line += f"  constructed checkpoint, {s.detail['bytes'] / 1e6:.1f} MB"
         out.append(line)
     cfg = machine.cfg
-    out += [
+    out.append(
         f"lab machine {cfg.name}: ssh -i {cfg.ssh_key} -p {cfg.ssh_port} root@127.0.0.1 "
-        "(or .venv/bin/python -m lab ssh)",
-        "not started here: vllm.service (the lab declares no NVIDIA GPUs; installed, checked by "
-        "vLLM's own parser and config code, kept stopped)",
-    ]
+        "(or .venv/bin/python -m lab ssh)"
+    )
+    if all(s.ok for s in steps):
+        out.append(
+            "not started here: vllm.service (the lab declares no NVIDIA GPUs; installed, checked "
+            "by vLLM's own parser and config code, kept stopped)"
+        )
     return "\n".join(out)

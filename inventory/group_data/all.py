@@ -60,7 +60,9 @@ vllm_start_timeout_s = 1800  # model load + torch.compile + CUDA graphs: 3090 ow
 vllm_env = {}  # extra environment for the service (e.g. {"VLLM_LOGGING_LEVEL": "DEBUG"})
 
 # --- The LLM checkpoint -------------------------------------------------------------------------
-model_store_dir = "/srv/rigup/models"  # one versioned directory per model: <store>/<name>/<revision>
+model_store_dir = (
+    "/srv/rigup/models"  # one versioned directory per model: <store>/<name>/<revision>
+)
 model_name = "qwen3.6-27b-int4-autoround"  # directory name in the store
 model_revision = "mirror-2026-11"  # version label of the copy (a hub commit once downloads land)
 # Where the checkpoint comes from. "local": a directory on the target (a backup disk, a NAS mount,

@@ -13,7 +13,6 @@ def model_dir(data: Any) -> str:
     return f"{store}/{data.get('model_name')}/{data.get('model_revision')}"
 
 
-
 @dataclass(frozen=True)
 class Paths:
     """Absolute paths on the host. Build with :meth:`from_data` from ``host.data`` or a dict."""

@@ -16,7 +16,7 @@ class HostBasics(FactBase):
 
     def command(self) -> str:
         return (
-            "(. /etc/os-release 2>/dev/null; echo \"id=${ID:-}\"; echo \"version_id=${VERSION_ID:-}\"); "
+            '(. /etc/os-release 2>/dev/null; echo "id=${ID:-}"; echo "version_id=${VERSION_ID:-}"); '
             "if test -d /run/systemd/system; then echo systemd=1; else echo systemd=0; fi; "
             "echo uid=$(id -u)"
         )
@@ -50,4 +50,3 @@ def require_supported_host() -> None:
         raise DeployError(
             f"host {host.name} cannot be converged (nothing was changed): " + "; ".join(problems)
         )
-

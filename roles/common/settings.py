@@ -165,7 +165,9 @@ RULES: dict[str, Check] = {
     "uv_version": _matches(_VERSION, "a release number such as 0.13.9"),
     "vllm_version": _matches(_VERSION, "a release number such as 0.22.1"),
     "vllm_user": _matches(_UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
-    "vllm_python": _matches(re.compile(r"^(/[\w./+-]+|python3(\.\d+)?)$"), "python3, python3.X or an absolute path"),
+    "vllm_python": _matches(
+        re.compile(r"^(/[\w./+-]+|python3(\.\d+)?)$"), "python3, python3.X or an absolute path"
+    ),
     "vllm_host": _host_address,
     "vllm_port": _integer(1, 65535),
     "vllm_served_model_name": _matches(_SAFE_NAME, "a name of letters, digits, '.', '_' and '-'"),
@@ -250,5 +252,6 @@ def require_valid_settings(data: Any, host_name: str = "") -> None:
         lines = "\n".join(f"  - {p}" for p in problems)
         raise SettingsError(
             f"invalid rigup settings{where} (nothing was changed on any host):\n{lines}\n"
-            "Fix them in inventory/group_data/all.py or the inventory file."
+            "Fix them in inventory/group_data/all.py, in the inventory file, or in the --data "
+            "options of this command line."
         )

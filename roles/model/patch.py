@@ -33,4 +33,6 @@ def patch_for(method: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     try:
         return PATCHES[method]
     except KeyError:
-        raise KeyError(f"unknown text-only method {method!r}; known: {', '.join(PATCHES)}") from None
+        raise KeyError(
+            f"unknown text-only method {method!r}; known: {', '.join(PATCHES)}"
+        ) from None

@@ -65,8 +65,16 @@ def vllm() -> None:
         groups=["video"],
         comment="rigup vLLM service",
     )
-    files.directory(name=f"Directory {p.vllm_home}", path=p.vllm_home, user=user, group=user, mode="750")
-    files.directory(name=f"Directory {p.vllm_home}/tmp", path=f"{p.vllm_home}/tmp", user=user, group=user, mode="700")
+    files.directory(
+        name=f"Directory {p.vllm_home}", path=p.vllm_home, user=user, group=user, mode="750"
+    )
+    files.directory(
+        name=f"Directory {p.vllm_home}/tmp",
+        path=f"{p.vllm_home}/tmp",
+        user=user,
+        group=user,
+        mode="700",
+    )
     for path in (p.vllm_root, p.vllm_scripts, p.vllm_etc):
         files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
 
@@ -86,8 +94,9 @@ def vllm() -> None:
     # earlier verdicts so they run again against the new one.
     stamps = [f"{p.checks}/vllm-args.ok", f"{p.checks}/text-only.ok"]
     for stamp in stamps:
-        files.file(name=f"Forget {stamp} (venv rebuilt)", path=stamp, present=False,
-                   _if=venv.did_change)
+        files.file(
+            name=f"Forget {stamp} (venv rebuilt)", path=stamp, present=False, _if=venv.did_change
+        )
 
     scripts = {
         "check_args.py": FILES / "vllm" / "check_args.py",
@@ -111,8 +120,9 @@ def vllm() -> None:
         name="Check the serve arguments with vLLM's own parser",
         command=f"{python} {p.vllm_scripts}/check_args.py {p.vllm_args_file}",
         stamp=stamps[0],
-        key=fingerprint(args, venv_key, _sha256(scripts["check_args.py"]),
-                        _sha256(scripts["vllm_offline.py"])),
+        key=fingerprint(
+            args, venv_key, _sha256(scripts["check_args.py"]), _sha256(scripts["vllm_offline.py"])
+        ),
         what="vLLM argument check",
     )
     method = data.vllm_text_only_method
@@ -127,8 +137,13 @@ def vllm() -> None:
             f"--method {method}"
         ),
         stamp=stamps[1],
-        key=fingerprint(p.model_dir, method, venv_key, _sha256(scripts["text_only_check.py"]),
-                        _sha256(scripts["vllm_offline.py"])),
+        key=fingerprint(
+            p.model_dir,
+            method,
+            venv_key,
+            _sha256(scripts["text_only_check.py"]),
+            _sha256(scripts["vllm_offline.py"]),
+        ),
         what="text-only check",
     )
 
@@ -160,7 +175,9 @@ def vllm() -> None:
 
     driver = host.get_fact(Which, command="nvidia-smi") if gpus > 0 else None
     if gpus > 0 and driver:
-        systemd.service(name=f"{UNIT} enabled and running", service=UNIT, running=True, enabled=True)
+        systemd.service(
+            name=f"{UNIT} enabled and running", service=UNIT, running=True, enabled=True
+        )
         systemd.service(
             name=f"Restart {UNIT} (its inputs changed)",
             service=UNIT,

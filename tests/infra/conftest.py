@@ -94,8 +94,10 @@ def pytest_runtest_makereport(item, call):
     if report.failed and call.when == "call" and marker and "host" in item.funcargs:
         unit = marker.args[0]
         tb = item.funcargs["host"]
-        out = tb.run(f"journalctl -u {shlex.quote(unit)} -n 60 --no-pager 2>&1; "
-                     f"systemctl status {shlex.quote(unit)} --no-pager 2>&1")
+        out = tb.run(
+            f"journalctl -u {shlex.quote(unit)} -n 60 --no-pager 2>&1; "
+            f"systemctl status {shlex.quote(unit)} --no-pager 2>&1"
+        )
         report.sections.append((f"journal of {unit}", out.stdout))
     return report
 

@@ -4,7 +4,9 @@ import pytest
 
 
 def test_host_is_debian_family_with_systemd(host):
-    assert host.system_info.distribution in ("ubuntu", "debian"), host.system_info.distribution
+    assert host.system_info.distribution in ("ubuntu", "debian"), (
+        f"rigup supports Ubuntu and Debian, not {host.system_info.distribution}"
+    )
     assert host.file("/run/systemd/system").is_directory, "systemd is not PID 1"
 
 
@@ -15,8 +17,14 @@ def test_apt_baseline_installed(host, data):
 
 @pytest.mark.parametrize(
     "attr,mode",
-    [("prefix", 0o755), ("etc", 0o755), ("state", 0o755), ("checks", 0o755), ("tmp", 0o700),
-     ("uv_cache", 0o700)],
+    [
+        ("prefix", 0o755),
+        ("etc", 0o755),
+        ("state", 0o755),
+        ("checks", 0o755),
+        ("tmp", 0o700),
+        ("uv_cache", 0o700),
+    ],
 )
 def test_directories(host, paths, attr, mode):
     d = host.file(getattr(paths, attr))

@@ -9,7 +9,10 @@ def test_checkpoint_placed_read_only(host, data, paths):
     d = host.file(paths.model_dir)
     assert d.is_directory, f"no checkpoint at {paths.model_dir}: run deploys/model.py"
     assert d.user == "root", f"{d.path} owned by {d.user}: services must not be able to change it"
-    assert not host.file(f"{paths.model_dir}/../.{data.get('model_revision')}.partial").exists
+    partial = f"{paths.model_dir}/../.{data.get('model_revision')}.partial"
+    assert not host.file(partial).exists, (
+        f"an interrupted copy is left at {partial}: re-run deploys/model.py"
+    )
     for name in ("config.json", "model.safetensors.index.json", "tokenizer_config.json"):
         f = f"{paths.model_dir}/{name}"
         out = host.run(f"runuser -u {data.get('vllm_user')} -- test -r {f}")
@@ -17,7 +20,9 @@ def test_checkpoint_placed_read_only(host, data, paths):
 
 
 def test_every_indexed_shard_present(host, paths):
-    index = json.loads(host.file(f"{paths.model_dir}/model.safetensors.index.json").content_string)
+    index_file = host.file(f"{paths.model_dir}/model.safetensors.index.json")
+    assert index_file.exists, f"{index_file.path} is missing: is {paths.model_dir} a checkpoint?"
+    index = json.loads(index_file.content_string)
     shards = sorted(set(index["weight_map"].values()))
     missing = [s for s in shards if not host.file(f"{paths.model_dir}/{s}").exists]
     assert not missing, f"shards named in the index but missing: {missing}"
@@ -33,7 +38,10 @@ def test_config_holds_the_text_only_edit(host, data, paths):
         "re-run deploys/model.py"
     )
     if method == "strip_vision_config":
-        assert "vision_config" not in config and "vision_config" in original
+        assert "vision_config" not in config and "vision_config" in original, (
+            "strip_vision_config: config.json must lack vision_config and the kept original "
+            "(config.json.rigup-orig) must have it"
+        )
 
 
 def test_vllm_serves_it_text_only(host, data, paths):
@@ -44,5 +52,8 @@ def test_vllm_serves_it_text_only(host, data, paths):
         f"runuser -u {data.get('vllm_user')} -- env HOME={paths.vllm_home} HF_HUB_OFFLINE=1 "
         f"{python} {paths.vllm_scripts}/text_only_check.py {paths.model_dir} --method {method}"
     )
-    assert out.rc == 0, f"vLLM would not serve {paths.model_dir} text-only: {out.stdout}{out.stderr[-600:]}"
-    assert json.loads(out.stdout.strip().splitlines()[-1])["text_only"] is True
+    assert out.rc == 0, (
+        f"vLLM would not serve {paths.model_dir} text-only: {out.stdout}{out.stderr[-600:]}"
+    )
+    verdict = json.loads(out.stdout.strip().splitlines()[-1])
+    assert verdict["text_only"] is True, f"vLLM's verdict: {verdict.get('reasons')}"

@@ -19,12 +19,14 @@ def _python(paths):
 
 def test_service_user(host, data, paths):
     user = host.user(data.get("vllm_user"))
-    assert user.exists, f"service user {data.get('vllm_user')} is missing"
+    assert user.exists, f"service user {data.get('vllm_user')} is missing: run deploys/vllm.py"
     assert user.uid != 0 and user.uid < 1000, f"{user.name} is not a system user (uid {user.uid})"
     assert user.shell in ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false"), user.shell
-    assert user.home == paths.vllm_home
+    assert user.home == paths.vllm_home, f"{user.name}'s home is {user.home}, not {paths.vllm_home}"
     home = host.file(paths.vllm_home)
-    assert home.is_directory and home.user == user.name and home.mode == 0o750
+    assert home.is_directory and home.user == user.name and home.mode == 0o750, (
+        f"{paths.vllm_home} must be a 0750 directory owned by {user.name}: re-run deploys/vllm.py"
+    )
 
 
 def test_vllm_version(host, data, paths):
@@ -43,7 +45,9 @@ def test_venv_matches_lock(host, paths):
         f"{uv_env(paths.uv_cache, paths.tmp)} {paths.uv} pip sync --dry-run "
         f"--require-hashes --python {_python(paths)} {paths.vllm_lock}"
     )
-    drift = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith((" + ", " - "))]
+    drift = [
+        line for line in (out.stdout + out.stderr).splitlines() if line.startswith((" + ", " - "))
+    ]
     assert out.rc == 0 and not drift, f"venv differs from the lock: {drift or out.stderr}"
 
 
@@ -52,12 +56,19 @@ def test_kv_cache_dtypes_match_pinned_vllm(host, paths):
     code = "import json, typing; from vllm.config.cache import CacheDType; print(json.dumps(typing.get_args(CacheDType)))"
     out = host.run(f"{_python(paths)} -c {shlex.quote(code)}")
     assert out.rc == 0, out.stderr[-400:]
-    assert tuple(json.loads(out.stdout.strip().splitlines()[-1])) == VLLM_KV_CACHE_DTYPES
+    assert tuple(json.loads(out.stdout.strip().splitlines()[-1])) == VLLM_KV_CACHE_DTYPES, (
+        "roles/common/settings.py VLLM_KV_CACHE_DTYPES differs from the installed vLLM's "
+        "CacheDType: update the list for this vLLM release"
+    )
 
 
 def test_rendered_arguments_are_the_settings(host, data, paths):
-    deployed = json.loads(host.file(paths.vllm_args_file).content_string)
-    assert deployed == serve_args(data), "serve-args.json differs from the settings: re-run the deploy"
+    f = host.file(paths.vllm_args_file)
+    assert f.exists, f"{paths.vllm_args_file} is missing: run deploys/vllm.py"
+    deployed = json.loads(f.content_string)
+    assert deployed == serve_args(data), (
+        "serve-args.json differs from the settings: re-run the deploy"
+    )
 
 
 def test_vllm_parser_accepts_rendered_arguments(host, paths):
@@ -86,13 +97,15 @@ def test_unit_runs_the_rendered_command(host, data, paths):
     show = host.run(f"systemctl show {UNIT} -p User -p ExecStart -p EnvironmentFiles -p LoadState")
     props = dict(line.split("=", 1) for line in show.stdout.splitlines() if "=" in line)
     assert props.get("LoadState") == "loaded", f"{UNIT} is not loaded: {props}"
-    assert props.get("User") == data.get("vllm_user")
+    assert props.get("User") == data.get("vllm_user"), f"{UNIT} runs as {props.get('User')!r}"
     exec_start = props.get("ExecStart", "")
     assert f"path={paths.vllm_bin} " in exec_start, exec_start
     for arg in serve_args(data):
         if arg.startswith("--"):
             assert arg in exec_start, f"{UNIT} does not pass {arg}: {exec_start}"
-    assert paths.vllm_env_file in props.get("EnvironmentFiles", "")
+    assert paths.vllm_env_file in props.get("EnvironmentFiles", ""), (
+        f"{UNIT} does not read {paths.vllm_env_file}: re-run deploys/vllm.py"
+    )
 
 
 @pytest.mark.unit(UNIT)
@@ -114,15 +127,25 @@ def test_unit_is_hardened(host):
     }
     out = host.run(f"systemctl show {UNIT} " + " ".join(f"-p {k}" for k in want))
     got = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
-    assert {k: got.get(k) for k in want} == want
+    weaker = {k: got.get(k) for k, v in want.items() if got.get(k) != v}
+    assert not weaker, (
+        f"{UNIT} hardening differs from rigup's unit: {weaker}; re-run deploys/vllm.py"
+    )
 
 
 def test_env_file_private_and_complete(host, data, paths):
     f = host.file(paths.vllm_env_file)
-    assert f.exists and f.user == "root" and f.group == data.get("vllm_user")
+    assert f.exists, f"{paths.vllm_env_file} is missing: re-run deploys/vllm.py"
+    assert (f.user, f.group) == ("root", data.get("vllm_user")), (
+        f"{f.path} is owned by {f.user}:{f.group}, expected root:{data.get('vllm_user')}"
+    )
     assert f.mode == 0o640, f"{f.path} has mode {oct(f.mode)}: it must not be world-readable"
-    lines = dict(x.split("=", 1) for x in f.content_string.splitlines() if x and not x.startswith("#"))
-    assert lines == service_env(data, paths.vllm_home)
+    lines = dict(
+        x.split("=", 1) for x in f.content_string.splitlines() if x and not x.startswith("#")
+    )
+    assert lines == service_env(data, paths.vllm_home), (
+        f"{f.path} differs from the settings: re-run deploys/vllm.py"
+    )
 
 
 @pytest.mark.unit(UNIT)

@@ -59,7 +59,9 @@ def _infra(*args: str) -> scenario.StepResult:
 
 def test_second_converge_plans_no_change(converged):
     result = scenario.idempotence()
-    assert result.rc == 0, result.detail.get("stderr") or f"would change: {result.detail['changes']}"
+    assert result.rc == 0, (
+        result.detail.get("stderr") or f"would change: {result.detail['changes']}"
+    )
     assert result.detail["operations"] > 20
     print(f"\nno-op re-converge (--dry --json) {result.seconds:.1f} s, 0 changes")
 
@@ -75,8 +77,10 @@ def test_pinned_vllm_facts_hold_in_the_deployed_venv(converged):
     --language-model-only and NOT with the seed's stripped config; block size 16 is raised."""
     proc = subprocess.run(
         [str(scenario.BIN / "pytest"), "tests/vllm", "-q", "-p", "no:cacheprovider", "-rs"],
-        cwd=scenario.REPO, env={**os.environ, "RIGUP_VLLM_ON_LAB": "1"},
-        capture_output=True, text=True,
+        cwd=scenario.REPO,
+        env={**os.environ, "RIGUP_VLLM_ON_LAB": "1"},
+        capture_output=True,
+        text=True,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-15000:]
@@ -86,9 +90,17 @@ def test_pinned_vllm_facts_hold_in_the_deployed_venv(converged):
 def test_bad_settings_are_refused_before_any_change(converged):
     before = converged.ssh("stat -c %Y /etc/rigup/vllm/serve-args.json").stdout
     proc = subprocess.run(
-        [str(scenario.BIN / "pyinfra"), "-y", "inventory/lab.py", "deploys/full.py",
-         "--data", "vllm_gpu_memory_utilization=lots"],
-        cwd=scenario.REPO, capture_output=True, text=True,
+        [
+            str(scenario.BIN / "pyinfra"),
+            "-y",
+            "inventory/lab.py",
+            "deploys/full.py",
+            "--data",
+            "vllm_gpu_memory_utilization=lots",
+        ],
+        cwd=scenario.REPO,
+        capture_output=True,
+        text=True,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "vllm_gpu_memory_utilization: must be a number" in out, out
@@ -135,9 +147,18 @@ def test_model_patch_shows_as_diff_and_is_declarative(converged):
     """Switching to the seed's method edits config.json (diff under --dry --diff, original kept);
     switching back restores the original exactly."""
     dry = subprocess.run(
-        [str(scenario.BIN / "pyinfra"), "inventory/lab.py", "deploys/model.py", "--dry", "--diff",
-         "--data", "vllm_text_only_method=strip_vision_config"],
-        cwd=scenario.REPO, capture_output=True, text=True,
+        [
+            str(scenario.BIN / "pyinfra"),
+            "inventory/lab.py",
+            "deploys/model.py",
+            "--dry",
+            "--diff",
+            "--data",
+            "vllm_text_only_method=strip_vision_config",
+        ],
+        cwd=scenario.REPO,
+        capture_output=True,
+        text=True,
     )
     out = dry.stdout + dry.stderr
     assert dry.returncode == 0, out
@@ -145,15 +166,25 @@ def test_model_patch_shows_as_diff_and_is_declarative(converged):
     config = "/srv/rigup/models/qwen3.6-27b-int4-autoround/mirror-2026-11/config.json"
     assert "vision_config" in converged.ssh(f"cat {config}").stdout, "--dry changed the host"
     subprocess.run(
-        [str(scenario.BIN / "pyinfra"), "-y", "inventory/lab.py", "deploys/model.py",
-         "--data", "vllm_text_only_method=strip_vision_config"],
-        cwd=scenario.REPO, check=True, capture_output=True,
+        [
+            str(scenario.BIN / "pyinfra"),
+            "-y",
+            "inventory/lab.py",
+            "deploys/model.py",
+            "--data",
+            "vllm_text_only_method=strip_vision_config",
+        ],
+        cwd=scenario.REPO,
+        check=True,
+        capture_output=True,
     )
     stripped = json.loads(converged.ssh(f"cat {config}").stdout)
     kept = json.loads(converged.ssh(f"cat {config}.rigup-orig").stdout)
     assert "vision_config" not in stripped and "vision_config" in kept
     subprocess.run(
         [str(scenario.BIN / "pyinfra"), "-y", "inventory/lab.py", "deploys/model.py"],
-        cwd=scenario.REPO, check=True, capture_output=True,
+        cwd=scenario.REPO,
+        check=True,
+        capture_output=True,
     )
     assert json.loads(converged.ssh(f"cat {config}").stdout) == kept

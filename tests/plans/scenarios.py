@@ -16,7 +16,12 @@ PLACED = "/srv/rigup/models/qwen3.6-27b-int4-autoround/mirror-2026-11"
 def _ubuntu_2604(uid: int = 0, systemd: bool = True) -> dict:
     return {
         "uname -s": ["Linux"],
-        "/etc/os-release": ["id=ubuntu", "version_id=26.04", f"systemd={int(systemd)}", f"uid={uid}"],
+        "/etc/os-release": [
+            "id=ubuntu",
+            "version_id=26.04",
+            f"systemd={int(systemd)}",
+            f"uid={uid}",
+        ],
         re.compile(r"^command -v (useradd|usermod|groupadd)"): ["/usr/sbin/useradd"],
     }
 
@@ -67,7 +72,11 @@ def too_few_gpus():
 
 def missing_model_source():
     """The mirror path does not exist and nothing is placed."""
-    return {**_ubuntu_2604(), f"test -d {MIRROR}": ["@absent"], f"test -d {PLACED}": ["@absent"]}, {}
+    return {
+        **_ubuntu_2604(),
+        f"test -d {MIRROR}": ["@absent"],
+        f"test -d {PLACED}": ["@absent"],
+    }, {}
 
 
 def not_a_checkpoint():

@@ -18,8 +18,15 @@ PYINFRA = Path(sys.executable).parent / "pyinfra"
 def plan(scenario: str, deploy: str = "deploys/full.py") -> tuple[int, dict | None, str]:
     """Run a dry plan for a scenario: (exit code, parsed JSON or None, stderr)."""
     proc = subprocess.run(
-        [str(PYINFRA), "tests/plans/inventory.py", deploy, "--group-data", "inventory/group_data",
-         "--dry", "--json"],
+        [
+            str(PYINFRA),
+            "tests/plans/inventory.py",
+            deploy,
+            "--group-data",
+            "inventory/group_data",
+            "--dry",
+            "--json",
+        ],
         cwd=REPO,
         env={**os.environ, "RIGUP_PLAN_SCENARIO": scenario, "PYINFRA_FAKE_DELAY": "0"},
         capture_output=True,
@@ -87,7 +94,10 @@ def test_host_without_gpus_or_driver_installs_but_does_not_start(scenario, why):
     [
         ("bad_kv_cache_dtype", "vllm_kv_cache_dtype: must be one of"),
         ("too_few_gpus", "vllm_tensor_parallel_size: 2 is more than the 1 GPU(s)"),
-        ("missing_model_source", "model_local_path: /srv/mirror/Qwen3.6-27B-int4-AutoRound does not exist"),
+        (
+            "missing_model_source",
+            "model_local_path: /srv/mirror/Qwen3.6-27B-int4-AutoRound does not exist",
+        ),
         ("not_a_checkpoint", "has no config.json"),
         ("no_systemd", "systemd is not running as PID 1"),
         ("not_root", "not root: connect as root or add --sudo"),
@@ -96,8 +106,14 @@ def test_host_without_gpus_or_driver_installs_but_does_not_start(scenario, why):
 def test_refused_before_any_change(scenario, message):
     """Bad input stops the run while operations are prepared: no operation is ever executed."""
     proc = subprocess.run(
-        [str(PYINFRA), "-y", "tests/plans/inventory.py", "deploys/full.py", "--group-data",
-         "inventory/group_data"],
+        [
+            str(PYINFRA),
+            "-y",
+            "tests/plans/inventory.py",
+            "deploys/full.py",
+            "--group-data",
+            "inventory/group_data",
+        ],
         cwd=REPO,
         env={**os.environ, "RIGUP_PLAN_SCENARIO": scenario, "PYINFRA_FAKE_DELAY": "0"},
         capture_output=True,

@@ -26,8 +26,11 @@ def test_uv_sync_pending_lists_changes():
 
 
 def test_uv_sync_pending_clean_and_missing():
-    clean = ["Using Python 3.13.5 environment at: /opt/rigup/vllm/venv",
-             "Resolved 193 packages in 301ms", "Would make no changes"]
+    clean = [
+        "Using Python 3.13.5 environment at: /opt/rigup/vllm/venv",
+        "Resolved 193 packages in 301ms",
+        "Would make no changes",
+    ]
     assert UvSyncPending().process(clean) == []
     assert UvSyncPending().process(["@no-venv"]) is None
     assert UvSyncPending().process(["error: No such file", "@error"])[0].startswith("!error: ")
@@ -35,7 +38,7 @@ def test_uv_sync_pending_clean_and_missing():
 
 def test_json_file():
     assert JsonFile().process(["@absent"]) is None
-    assert JsonFile().process(['{"a":', ' 1}']) == {"a": 1}
+    assert JsonFile().process(['{"a":', " 1}"]) == {"a": 1}
     with pytest.raises(ValueError):
         JsonFile().process(["{not json"])
 

@@ -433,3 +433,11 @@ def test_cli_push_parses_arguments():
     assert (args.src, args.dest) == (Path("files/base"), "/opt/rigup")
     args = cli.build_parser().parse_args(["ssh", "--", "ls", "-l", "/"])
     assert args.cmd[-3:] == ["ls", "-l", "/"]
+
+
+def test_port_clash_names_the_lab_machine_holding_it(tmp_path: Path):
+    dropin = tmp_path / "rigup-lab" / "rootfs" / "etc" / "ssh" / "sshd_config.d" / "rigup-lab.conf"
+    dropin.parent.mkdir(parents=True)
+    dropin.write_text(machine.sshd_dropin_text(2222))
+    assert machine.lab_machine_on_port(tmp_path, 2222) == "rigup-lab"
+    assert machine.lab_machine_on_port(tmp_path, 2224) is None

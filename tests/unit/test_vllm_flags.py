@@ -63,7 +63,11 @@ def test_exec_start(settings):
 def test_service_env_is_offline_and_local(settings):
     env = service_env(settings, "/var/lib/rigup/vllm")
     assert env["HF_HUB_OFFLINE"] == "1" and env["VLLM_NO_USAGE_STATS"] == "1"
-    assert all(v.startswith("/var/lib/rigup/vllm") for k, v in env.items() if k.endswith(("_HOME", "_DIR", "_ROOT")))
+    assert all(
+        v.startswith("/var/lib/rigup/vllm")
+        for k, v in env.items()
+        if k.endswith(("_HOME", "_DIR", "_ROOT"))
+    )
     settings["vllm_env"] = {"VLLM_LOGGING_LEVEL": "DEBUG", "HF_HUB_OFFLINE": "0"}
     env = service_env(settings, "/h")
     assert env["VLLM_LOGGING_LEVEL"] == "DEBUG" and env["HF_HUB_OFFLINE"] == "0"

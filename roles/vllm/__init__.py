@@ -105,7 +105,8 @@ def vllm() -> None:
         "wait-ready": FILES / "vllm" / "wait-ready",
     }
     for name, src in scripts.items():
-        files.put(name=f"Script {name}", src=str(src), dest=f"{p.vllm_scripts}/{name}", mode="755")
+        mode = "644" if name.endswith("_offline.py") else "755"  # a module, not a command
+        files.put(name=f"Script {name}", src=str(src), dest=f"{p.vllm_scripts}/{name}", mode=mode)
 
     args = serve_args(data)
     argv = files.put(

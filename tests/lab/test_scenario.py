@@ -53,6 +53,17 @@ def converged(lab):
     return lab
 
 
+def pyinfra(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+    """The pyinfra CLI against the lab machine (its output captured)."""
+    return subprocess.run(
+        [str(scenario.BIN / "pyinfra"), *args],
+        cwd=scenario.REPO,
+        capture_output=True,
+        text=True,
+        check=check,
+    )
+
+
 def _infra(*args: str) -> scenario.StepResult:
     return scenario.verify(extra=list(args))
 
@@ -89,18 +100,8 @@ def test_pinned_vllm_facts_hold_in_the_deployed_venv(converged):
 
 def test_bad_settings_are_refused_before_any_change(converged):
     before = converged.ssh("stat -c %Y /etc/rigup/vllm/serve-args.json").stdout
-    proc = subprocess.run(
-        [
-            str(scenario.BIN / "pyinfra"),
-            "-y",
-            "inventory/lab.py",
-            "deploys/full.py",
-            "--data",
-            "vllm_gpu_memory_utilization=lots",
-        ],
-        cwd=scenario.REPO,
-        capture_output=True,
-        text=True,
+    proc = pyinfra(
+        "-y", "inventory/lab.py", "deploys/full.py", "--data", "vllm_gpu_memory_utilization=lots"
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "vllm_gpu_memory_utilization: must be a number" in out, out
@@ -146,45 +147,29 @@ def test_broken_lab_fails_clearly_then_converge_repairs_it(converged, what):
 def test_model_patch_shows_as_diff_and_is_declarative(converged):
     """Switching to the seed's method edits config.json (diff under --dry --diff, original kept);
     switching back restores the original exactly."""
-    dry = subprocess.run(
-        [
-            str(scenario.BIN / "pyinfra"),
-            "inventory/lab.py",
-            "deploys/model.py",
-            "--dry",
-            "--diff",
-            "--data",
-            "vllm_text_only_method=strip_vision_config",
-        ],
-        cwd=scenario.REPO,
-        capture_output=True,
-        text=True,
+    dry = pyinfra(
+        "inventory/lab.py",
+        "deploys/model.py",
+        "--dry",
+        "--diff",
+        "--data",
+        "vllm_text_only_method=strip_vision_config",
     )
     out = dry.stdout + dry.stderr
     assert dry.returncode == 0, out
     assert "vision_config" in out and "config.json" in out, out
     config = "/srv/rigup/models/qwen3.6-27b-int4-autoround/mirror-2026-11/config.json"
     assert "vision_config" in converged.ssh(f"cat {config}").stdout, "--dry changed the host"
-    subprocess.run(
-        [
-            str(scenario.BIN / "pyinfra"),
-            "-y",
-            "inventory/lab.py",
-            "deploys/model.py",
-            "--data",
-            "vllm_text_only_method=strip_vision_config",
-        ],
-        cwd=scenario.REPO,
+    pyinfra(
+        "-y",
+        "inventory/lab.py",
+        "deploys/model.py",
+        "--data",
+        "vllm_text_only_method=strip_vision_config",
         check=True,
-        capture_output=True,
     )
     stripped = json.loads(converged.ssh(f"cat {config}").stdout)
     kept = json.loads(converged.ssh(f"cat {config}.rigup-orig").stdout)
     assert "vision_config" not in stripped and "vision_config" in kept
-    subprocess.run(
-        [str(scenario.BIN / "pyinfra"), "-y", "inventory/lab.py", "deploys/model.py"],
-        cwd=scenario.REPO,
-        check=True,
-        capture_output=True,
-    )
+    pyinfra("-y", "inventory/lab.py", "deploys/model.py", check=True)
     assert json.loads(converged.ssh(f"cat {config}").stdout) == kept

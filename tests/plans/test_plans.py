@@ -15,17 +15,16 @@ REPO = Path(__file__).resolve().parents[2]
 PYINFRA = Path(sys.executable).parent / "pyinfra"
 
 
-def plan(scenario: str, deploy: str = "deploys/full.py") -> tuple[int, dict | None, str]:
-    """Run a dry plan for a scenario: (exit code, parsed JSON or None, stderr)."""
-    proc = subprocess.run(
+def run_pyinfra(scenario: str, *args: str) -> subprocess.CompletedProcess:
+    """The pyinfra CLI on the @fake host of ``scenario``, with the shipped settings."""
+    return subprocess.run(
         [
             str(PYINFRA),
+            *args[:1],
             "tests/plans/inventory.py",
-            deploy,
+            *args[1:],
             "--group-data",
             "inventory/group_data",
-            "--dry",
-            "--json",
         ],
         cwd=REPO,
         env={**os.environ, "RIGUP_PLAN_SCENARIO": scenario, "PYINFRA_FAKE_DELAY": "0"},
@@ -33,6 +32,11 @@ def plan(scenario: str, deploy: str = "deploys/full.py") -> tuple[int, dict | No
         text=True,
         timeout=180,
     )
+
+
+def plan(scenario: str, deploy: str = "deploys/full.py") -> tuple[int, dict | None, str]:
+    """Run a dry plan for a scenario: (exit code, parsed JSON or None, stderr)."""
+    proc = run_pyinfra(scenario, "--dry", deploy, "--json")
     parsed = json.loads(proc.stdout) if proc.returncode == 0 else None
     return proc.returncode, parsed, proc.stderr
 
@@ -105,21 +109,7 @@ def test_host_without_gpus_or_driver_installs_but_does_not_start(scenario, why):
 )
 def test_refused_before_any_change(scenario, message):
     """Bad input stops the run while operations are prepared: no operation is ever executed."""
-    proc = subprocess.run(
-        [
-            str(PYINFRA),
-            "-y",
-            "tests/plans/inventory.py",
-            "deploys/full.py",
-            "--group-data",
-            "inventory/group_data",
-        ],
-        cwd=REPO,
-        env={**os.environ, "RIGUP_PLAN_SCENARIO": scenario, "PYINFRA_FAKE_DELAY": "0"},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    proc = run_pyinfra(scenario, "-y", "deploys/full.py")
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert message in out, out

@@ -59,11 +59,10 @@ import logging
 import os
 import re
 import sys
-import time
 import typing
 import warnings
 
-from vllm_offline import claim_stdout, ensure_platform  # next to this script
+from vllm_offline import ensure_platform, json_result_writer  # next to this script
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -354,13 +353,7 @@ def check_model(engine_args) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    started = time.monotonic()
-    out = claim_stdout()
-
-    def emit(payload: dict) -> None:
-        payload["seconds"] = round(time.monotonic() - started, 2)
-        out.write(json.dumps(payload, sort_keys=False) + "\n")
-        out.flush()
+    emit = json_result_writer()
 
     cli = argparse.ArgumentParser(prog="check_args.py", description=__doc__.split("\n")[0])
     cli.add_argument("argv_json_file", help="JSON list of the arguments after `vllm serve`")

@@ -48,10 +48,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
-from vllm_offline import claim_stdout, ensure_platform  # next to this script
+from vllm_offline import ensure_platform, json_result_writer  # next to this script
 
 METHODS = ("language_model_only", "strip_vision_config")
 VISION_SUMMARY_KEYS = (
@@ -325,13 +324,7 @@ def decide(model_dir: Path, method: str, api: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    started = time.monotonic()
-    out = claim_stdout()
-
-    def emit(payload: dict) -> None:
-        payload["seconds"] = round(time.monotonic() - started, 2)
-        out.write(json.dumps(payload, default=str) + "\n")
-        out.flush()
+    emit = json_result_writer()
 
     cli = argparse.ArgumentParser(prog="text_only_check.py", description=__doc__.split("\n")[0])
     cli.add_argument("model_dir", type=Path)

@@ -5,8 +5,11 @@ Installed next to them (``<prefix>/vllm/bin``) and imported from the script's ow
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
+from collections.abc import Callable
 
 
 def claim_stdout():
@@ -19,6 +22,20 @@ def claim_stdout():
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     return out
+
+
+def json_result_writer() -> Callable[[dict], None]:
+    """Claim stdout (see :func:`claim_stdout`) and return ``emit(payload)``, which adds
+    ``"seconds"`` (wall time since this call) and writes the payload as one JSON line."""
+    started = time.monotonic()
+    out = claim_stdout()
+
+    def emit(payload: dict) -> None:
+        payload["seconds"] = round(time.monotonic() - started, 2)
+        out.write(json.dumps(payload, default=str) + "\n")
+        out.flush()
+
+    return emit
 
 
 def ensure_platform() -> str:

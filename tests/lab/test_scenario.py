@@ -23,7 +23,11 @@ pytestmark = [
 ]
 
 # A machine of its own, so the suite never touches the lab a user keeps from bin/rigup-lab.
-LAB_ENV = {"RIGUP_LAB_NAME": "rigup-lab-test", "RIGUP_LAB_SSH_PORT": "2223"}
+# RIGUP_TEST_LAB_NAME / RIGUP_TEST_LAB_SSH_PORT let two checkouts run the suite side by side.
+LAB_ENV = {
+    "RIGUP_LAB_NAME": os.environ.get("RIGUP_TEST_LAB_NAME", "rigup-lab-test"),
+    "RIGUP_LAB_SSH_PORT": os.environ.get("RIGUP_TEST_LAB_SSH_PORT", "2223"),
+}
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,39 @@ base_apt_packages = [
 ]
 uv_version = "0.13.9"  # PyPI: latest uv on 2026-11-30; builds every venv from a committed lock
 
+# --- NVIDIA driver, CUDA toolkit, power limit, NVLink (roles/nvidia) -----------------------------
+# Install path of the driver, one per host, never both (a host with both is refused):
+#   "ubuntu":      Ubuntu's archive, nvidia-driver-<branch>-open with Canonical's prebuilt, signed
+#                  linux-modules-nvidia-<branch>-open-<flavour> (works with Secure Boot, no DKMS)
+#   "nvidia-repo": NVIDIA's CUDA apt repository for ubuntu2604 (cuda-keyring, DKMS-built modules:
+#                  with Secure Boot on they need a MOK you enroll; rigup stops with the steps)
+nvidia_install_path = "ubuntu"
+# 580 or newer: vLLM 0.22.1's wheels are built for CUDA 13, and CUDA 13.0 needs an R580 driver
+# (CUDA 13.0 release notes, minimum driver 580). Ubuntu 26.04 ships 580.178.04 (archive, 2026-11).
+nvidia_driver_branch = 580
+# NVIDIA repo path only: the repository and its keyring package, whose sha256 you must pin here
+# (download it once from a trusted network and run sha256sum; rigup refuses the path without it).
+nvidia_cuda_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2604/x86_64"
+nvidia_cuda_keyring_deb = "cuda-keyring_1.1-1_all.deb"
+nvidia_cuda_keyring_sha256 = ""
+# CUDA toolkit (nvcc, headers, cudart) for JIT-compiled kernels, from NVIDIA's PyPI wheels in a
+# locked venv (files/nvidia/cuda-toolkit.lock): the same CUDA 13.0 as vLLM 0.22.1's torch (cu130),
+# the same on both install paths, and it never touches the driver's apt packages.
+cuda_toolkit_version = "13.0.2"
+nvidia_persistence_mode = True  # seed: persistence mode on, at boot (nvidia-persistenced)
+# seed: 290 W on each 3090 (350 W stock; boards allow 350-450 W max). None = each card's default.
+nvidia_power_limit_w = 290
+# seed: an NVLink bridge. True: vLLM does not start unless the links are verified at boot.
+# False: without verified links vLLM runs tensor parallel over PCIe with P2P and custom
+# all-reduce off (seed: works, loses prefill speed).
+nvlink_required = True
+nvlink_expected_links = 4  # links per GPU: a 3090 bridge has 4 (nvidia-smi nvlink -s, topo: NV4)
+nvlink_link_gbps = 14.062  # GB/s per link and direction on a 3090 (nvidia-smi nvlink -s)
+# Reboot the host when the driver needs it (new driver, nouveau, version mismatch); never done
+# for @local (the controller itself): the run stops and asks you to reboot.
+nvidia_reboot_allowed = True
+nvidia_reboot_timeout_s = 900  # seconds to wait for the host to come back (slow BIOS POST + ECC)
+
 # --- vLLM -----------------------------------------------------------------------------------------
 vllm_version = "0.22.1"  # seed; files/vllm/requirements.lock pins it and every dependency
 vllm_user = "vllm"  # non-root service user

@@ -40,6 +40,12 @@ VLLM_KV_CACHE_DTYPES = (
 #: Text-only serving methods (docs/text-only.md).
 TEXT_ONLY_METHODS = ("language_model_only", "strip_vision_config")
 
+#: Install paths of the NVIDIA driver (inventory/group_data/all.py explains each).
+NVIDIA_INSTALL_PATHS = ("ubuntu", "nvidia-repo")
+
+#: Settings that may be None (meaning: the documented default behaviour).
+OPTIONAL_KEYS = ("vllm_speculative_config", "nvidia_power_limit_w")
+
 #: Model sources this release can place (Hugging Face / ModelScope arrive with model acquisition).
 MODEL_SOURCES = ("local",)
 
@@ -102,6 +108,33 @@ def _abs_path(value: Any) -> str | None:
         return f"must be an absolute path other than /, got {value!r}"
     if any(part in ("..", ".") for part in value.split("/")) or any(c in value for c in "\n\0 "):
         return f"must be a plain absolute path (no '..', spaces or control characters): {value!r}"
+    return None
+
+
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"must be True or False, got {value!r}"
+
+
+def _driver_branch(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 100 <= value <= 9999:
+        return f"must be a driver branch number such as 580, got {value!r}"
+    if value < 580:
+        return (
+            f"{value} is too old: vLLM 0.22.1's CUDA 13 wheels need an R580 or newer driver "
+            "(CUDA 13.0 minimum driver 580)"
+        )
+    return None
+
+
+def _sha256_or_empty(value: Any) -> str | None:
+    if value == "" or (isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value)):
+        return None
+    return f"must be a sha256 (64 lowercase hex digits) or '', got {value!r}"
+
+
+def _https_url(value: Any) -> str | None:
+    if not isinstance(value, str) or not re.match(r"^https://[A-Za-z0-9.-]+(/[\w./%+-]*)?$", value):
+        return f"must be an https:// URL, got {value!r}"
     return None
 
 
@@ -187,6 +220,23 @@ RULES: dict[str, Check] = {
     "model_revision": _matches(_SAFE_NAME, "a directory name of letters, digits, '.', '_' and '-'"),
     "model_source": _choice(MODEL_SOURCES),
     "model_local_path": _abs_path,
+    # --- NVIDIA layer (roles/nvidia) ---
+    "nvidia_install_path": _choice(NVIDIA_INSTALL_PATHS),
+    "nvidia_driver_branch": _driver_branch,
+    "nvidia_cuda_repo_url": _https_url,
+    "nvidia_cuda_keyring_deb": _matches(
+        re.compile(r"^cuda-keyring_[\w.+~-]+_all\.deb$"),
+        "a cuda-keyring_<version>_all.deb file name",
+    ),
+    "nvidia_cuda_keyring_sha256": _sha256_or_empty,
+    "cuda_toolkit_version": _matches(_VERSION, "a release number such as 13.0.2"),
+    "nvidia_persistence_mode": _boolean,
+    "nvidia_power_limit_w": _integer(50, 1000),
+    "nvlink_required": _boolean,
+    "nvlink_expected_links": _integer(1, 18),
+    "nvlink_link_gbps": _number(0.0, 1000.0, lo_open=True),
+    "nvidia_reboot_allowed": _boolean,
+    "nvidia_reboot_timeout_s": _integer(60, 7200),
 }
 
 
@@ -218,6 +268,12 @@ def _consistency(data: Mapping[str, Any]) -> list[str]:
             "model_local_path: the source must not lie inside model_store_dir "
             f"({data['model_local_path']} is under {data['model_store_dir']})"
         )
+    if data["nvidia_install_path"] == "nvidia-repo" and not data["nvidia_cuda_keyring_sha256"]:
+        problems.append(
+            "nvidia_cuda_keyring_sha256: the nvidia-repo install path needs the sha256 of "
+            f"{data['nvidia_cuda_keyring_deb']} pinned (download it once from "
+            f"{data['nvidia_cuda_repo_url']}/ on a trusted network, run sha256sum, set it here)"
+        )
     return problems
 
 
@@ -231,8 +287,9 @@ def validate(data: Mapping[str, Any] | Any) -> list[str]:
     problems: list[str] = []
     for key, check in RULES.items():
         value = data.get(key)
-        if value is None and key != "vllm_speculative_config":
-            problems.append(f"{key}: missing (set it in inventory/group_data/all.py)")
+        if value is None:
+            if key not in OPTIONAL_KEYS:
+                problems.append(f"{key}: missing (set it in inventory/group_data/all.py)")
             continue
         problem = check(value)
         if problem:

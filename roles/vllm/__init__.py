@@ -16,13 +16,13 @@ from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.facts.server import Which
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from roles.common.operations import check_passes, fingerprint, uv_venv_synced
 from roles.common.paths import Paths
 from roles.common.settings import require_valid_settings
+from roles.nvidia import NvidiaPaths, cuda_env, driver_usable
 from roles.vllm.flags import exec_start, serve_args, service_env
 
 FILES = Path(__file__).resolve().parents[2] / "files"
@@ -155,7 +155,7 @@ def vllm() -> None:
         user="root",
         group=user,
         mode="640",
-        env=service_env(data, p.vllm_home),
+        env=service_env(data, p.vllm_home, cuda_env(data)),
     )
     unit = files.template(
         name=f"Unit {UNIT}",
@@ -171,11 +171,11 @@ def vllm() -> None:
         wait_ready=f"{p.vllm_scripts}/wait-ready",
         health_url=health_url(data),
         start_timeout_s=data.vllm_start_timeout_s,
+        interconnect_env=NvidiaPaths.from_data(data).interconnect_env,
     )
     systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
 
-    driver = host.get_fact(Which, command="nvidia-smi") if gpus > 0 else None
-    if gpus > 0 and driver:
+    if driver_usable(gpus):
         systemd.service(
             name=f"{UNIT} enabled and running", service=UNIT, running=True, enabled=True
         )

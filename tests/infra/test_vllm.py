@@ -7,6 +7,7 @@ import pytest
 
 from roles.common.facts import uv_env
 from roles.common.settings import VLLM_KV_CACHE_DTYPES
+from roles.nvidia import cuda_env
 from roles.vllm import health_url
 from roles.vllm.flags import serve_args, service_env
 
@@ -143,7 +144,7 @@ def test_env_file_private_and_complete(host, data, paths):
     lines = dict(
         x.split("=", 1) for x in f.content_string.splitlines() if x and not x.startswith("#")
     )
-    assert lines == service_env(data, paths.vllm_home), (
+    assert lines == service_env(data, paths.vllm_home, cuda_env(data)), (
         f"{f.path} differs from the settings: re-run deploys/vllm.py"
     )
 

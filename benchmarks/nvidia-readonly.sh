@@ -49,7 +49,13 @@ for name, cmd in caps.items():
             "interconnect.txt": facts.NvidiaInterconnect}[name]()
     lines = text.splitlines()
     parsed[name] = fact.process(lines) if lines else None
-json.dump(parsed, open(f"{out}/facts.json", "w"), indent=1, default=lambda o: getattr(o, "__dict__", str(o)))
+def plain(o):
+    if isinstance(o, dict):
+        return {"-".join(map(str, k)) if isinstance(k, tuple) else k: plain(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [plain(v) for v in o]
+    return plain(vars(o)) if hasattr(o, "__dict__") else o
+json.dump(plain(parsed), open(f"{out}/facts.json", "w"), indent=1)
 print("facts parsed:", {k: (type(v).__name__) for k, v in parsed.items()})
 PY
 
@@ -69,7 +75,7 @@ expected=$($py -c "print($links * $link_gbps)")
 $py files/nvidia/rigup-p2p-bandwidth --expected-gbps "$expected" 2>&1 | tee "$out/p2p-bandwidth.txt"
 
 # 4. A dry plan of deploys/nvidia.py with the real facts (changes nothing).
-${PYINFRA:-$py -m pyinfra} --dry -y "$inventory" deploys/nvidia.py > "$out/plan-nvidia.txt" 2>&1
+${PYINFRA:-$py -m pyinfra} --dry "$inventory" deploys/nvidia.py > "$out/plan-nvidia.txt" 2>&1
 echo "dry plan exit $?" | tee -a "$out/summary.txt"; tail -25 "$out/plan-nvidia.txt"
 
 # 5. The GPU testinfra module with this inventory's expectations.

@@ -257,8 +257,8 @@ def one_gpu_missing():
 def nvlink_degraded():
     """One NVLink link inactive on both GPUs (topology still NV3): required -> refused."""
     return {
-        **_interconnect(nvlink="rtx3090/nvlink-s-one-link-inactive.txt"),
         **_converged_nvidia(),
+        **_interconnect(nvlink="rtx3090/nvlink-s-one-link-inactive.txt"),
         **_ubuntu_2604(),
         **_driver(),
         **_mirror_present(),
@@ -274,8 +274,8 @@ def nvlink_degraded_optional():
 def version_mismatch():
     """An unattended upgrade replaced the libraries under the loaded module (580.159.03)."""
     return {
-        **_driver_state(loaded="580.159.03"),
         **_converged_nvidia(),
+        **_driver_state(loaded="580.159.03"),
         **_ubuntu_2604(),
         **_driver(),
         **_mirror_present(),
@@ -312,11 +312,11 @@ def dkms_failed():
 def both_paths():
     """Ubuntu's prebuilt modules and NVIDIA's repository on one host."""
     return {
+        **_converged_nvidia(),
         **_packages(
             UBUNTU_DRIVER_PACKAGES | {"cuda-keyring": "1.1-1"},
             sources=["/etc/apt/sources.list.d/cuda-ubuntu2604-x86_64.list"],
         ),
-        **_converged_nvidia(),
         **_ubuntu_2604(),
         **_driver(),
         **_mirror_present(),
@@ -346,6 +346,7 @@ def vllm_alone_no_driver():
 def missing_model_source():
     """The mirror path does not exist and nothing is placed."""
     return {
+        **_bare_3090s(),
         **_ubuntu_2604(),
         f"test -d {MIRROR}": ["@absent"],
         f"test -d {PLACED}": ["@absent"],
@@ -355,6 +356,7 @@ def missing_model_source():
 def not_a_checkpoint():
     """The mirror path exists but holds no config.json."""
     return {
+        **_bare_3090s(),
         **_ubuntu_2604(),
         f"test -d {MIRROR}": ["@present", "12 README.md"],
         f"test -d {PLACED}": ["@absent"],

@@ -15,6 +15,7 @@ failures a reboot does not fix (DKMS build failed, no module for the running ker
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass
 from io import StringIO
@@ -105,11 +106,15 @@ def cuda_env(data: Any) -> dict[str, str]:
     }
 
 
-def kernel_flavour(kernel: str) -> str:
-    """Ubuntu kernel flavour of a ``uname -r`` (``7.0.0-44-generic`` -> ``generic``); the
-    prebuilt-module metapackages are per flavour. Unknown shapes give ``generic``."""
-    parts = kernel.split("-", 2)
-    return parts[2] if len(parts) == 3 and parts[2] else "generic"
+_UBUNTU_KERNEL = re.compile(r"^\d+\.\d+\.\d+-\d+-([a-z][a-z0-9-]*)$")
+
+
+def kernel_flavour(kernel: str) -> str | None:
+    """Ubuntu kernel flavour of a ``uname -r`` (``7.0.0-44-generic`` -> ``generic``): Canonical's
+    prebuilt-module metapackages exist per flavour. None for a kernel that is not shaped like
+    Ubuntu's ``<version>-<abi>-<flavour>`` (a custom or foreign kernel: no prebuilt modules)."""
+    m = _UBUNTU_KERNEL.match(kernel)
+    return m.group(1) if m else None
 
 
 def driver_packages(data: Any, kernel: str) -> list[str]:
@@ -200,6 +205,14 @@ def driver_preflight(
             f"nvidia_driver_branch is {branch}: rigup does not switch branches under a running "
             f"driver. Either set nvidia_driver_branch to it, or `apt purge {other[0]}`, reboot, "
             "and converge"
+        )
+
+    kernel = state.get("kernel") or ""
+    if path == "ubuntu" and kernel and kernel_flavour(kernel) is None:
+        problems.append(
+            f"the running kernel {kernel} is not an Ubuntu kernel (<version>-<abi>-<flavour>): "
+            "Canonical's prebuilt NVIDIA modules exist only for Ubuntu's kernels. Boot an Ubuntu "
+            "kernel (linux-generic), or use nvidia_install_path = 'nvidia-repo' (DKMS)"
         )
 
     if state.get("secure_boot") and path == "nvidia-repo":

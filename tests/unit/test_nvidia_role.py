@@ -219,7 +219,20 @@ def test_driver_packages_per_path():
         "nvidia-open"
     ]
     assert kernel_flavour("7.0.0-44-lowlatency") == "lowlatency"
-    assert kernel_flavour("") == "generic"
+    assert kernel_flavour("") is None
+    # the H200 lending machine's kernel (tests/fixtures/h200x2-rigup/driver-state.txt)
+    assert kernel_flavour("6.18.44-fc-v657-gpu") is None
+
+
+def test_foreign_kernel_refused_on_the_ubuntu_path():
+    """Found on real hardware: a dry plan on the H200 machine asked for
+    linux-modules-nvidia-580-open-v657-gpu, a package that cannot exist."""
+    problems, _ = preflight(state={**STATE, "kernel": "6.18.44-fc-v657-gpu"})
+    assert "is not an Ubuntu kernel" in problems[0]
+    assert preflight(
+        {"nvidia_install_path": "nvidia-repo", "nvidia_cuda_keyring_sha256": "0" * 64},
+        state={**STATE, "kernel": "6.18.44-fc-v657-gpu"},
+    ) == ([], [])
 
 
 # --- on-target tools, run for real; nvidia-smi replaced by a recorder of captured answers ----------

@@ -104,3 +104,56 @@ def test_require_valid_settings_lists_all_and_says_nothing_changed(settings):
     text = str(err.value)
     assert "for host rig.local" in text and "nothing was changed" in text
     assert "vllm_port:" in text and "vllm_kv_cache_dtype:" in text
+
+
+@pytest.mark.parametrize(
+    "key,value,fragment",
+    [
+        ("nvidia_driver_branch", 570, "too old: vLLM 0.22.1's CUDA 13 wheels need an R580"),
+        ("nvidia_driver_branch", "580", "driver branch number"),
+        ("nvidia_install_path", "ppa", "must be one of ubuntu, nvidia-repo"),
+        ("nvidia_power_limit_w", 20, "between 50 and 1000"),
+        ("nvidia_power_limit_w", 290.5, "must be an integer"),
+        ("nvidia_persistence_mode", "yes", "True or False"),
+        ("nvlink_expected_links", 0, "between 1 and 18"),
+        ("nvidia_cuda_keyring_sha256", "abc", "sha256"),
+        ("nvidia_cuda_repo_url", "http://example.com/x", "https:// URL"),
+        ("cuda_toolkit_version", "13", "release number"),
+    ],
+)
+def test_bad_nvidia_value_is_named(settings, key, value, fragment):
+    problems = validate({**settings, key: value})
+    assert any(p.startswith(f"{key}:") and fragment in p for p in problems), problems
+
+
+def test_power_limit_unset_means_card_default(settings):
+    assert validate({**settings, "nvidia_power_limit_w": None}) == []
+
+
+def test_nvidia_repo_path_needs_the_keyring_pinned(settings):
+    problems = validate({**settings, "nvidia_install_path": "nvidia-repo"})
+    assert len(problems) == 1 and problems[0].startswith("nvidia_cuda_keyring_sha256:")
+    assert (
+        validate(
+            {
+                **settings,
+                "nvidia_install_path": "nvidia-repo",
+                "nvidia_cuda_keyring_sha256": "a" * 64,
+            }
+        )
+        == []
+    )
+
+
+def test_seed_nvidia_values(settings):
+    assert settings["nvidia_power_limit_w"] == 290
+    assert settings["nvidia_persistence_mode"] is True
+    assert settings["nvidia_driver_branch"] >= 580
+    assert settings["nvlink_expected_links"] == 4 and settings["nvlink_required"] is True
+
+
+def test_cuda_toolkit_version_matches_its_lock(settings):
+    from pathlib import Path
+
+    lock = (Path(__file__).resolve().parents[2] / "files/nvidia/cuda-toolkit.lock").read_text()
+    assert f"cuda-toolkit=={settings['cuda_toolkit_version']} " in lock

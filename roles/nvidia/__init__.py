@@ -34,6 +34,7 @@ from roles.common.paths import Paths
 from roles.common.settings import require_valid_settings
 from roles.nvidia.facts import (
     KERNEL_METAPACKAGES,
+    CudaToolkitHome,
     KernelMetapackages,
     NvidiaDriverState,
     NvidiaGpus,
@@ -288,7 +289,12 @@ def _refuse(message: str) -> None:
 def cuda_home_linked(venv: str, home: str):
     """Point ``home`` at the toolkit inside ``venv`` (``lib/python3.X/site-packages/nvidia/cu13``)
     and give it the ``lib64`` that nvcc.profile and CUDA_HOME users expect (the wheels ship
-    ``lib``). Evaluated when it runs, so it works on the run that creates the venv."""
+    ``lib``). Evaluated when it runs, so it works on the run that creates the venv; a no-op when
+    both are in place. Raises ``OperationError`` when the venv holds no toolkit."""
+    state = host.get_fact(CudaToolkitHome, venv=venv, home=home)
+    if state["top"] and state["lib64"] and state["link"] == state["top"]:
+        host.noop(f"{home} -> {state['top']}")
+        return
     q_venv, q_home = shlex.quote(venv), shlex.quote(home)
     find = f"ls -d {q_venv}/lib/python3*/site-packages/nvidia/cu13 2>/dev/null | head -n1"
     yield (

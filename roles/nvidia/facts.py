@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from pyinfra.api import FactBase
 
 from roles.nvidia.parsers import (
@@ -178,3 +180,26 @@ class KernelMetapackages(FactBase):
 
     def process(self, output: list[str]) -> list[str]:
         return [line.split()[1] for line in output if line.split()[:1] in (["ii"], ["hi"])]
+
+
+class CudaToolkitHome(FactBase):
+    """Where the toolkit wheels put CUDA inside a venv, and the state of rigup's stable link:
+    ``{"top": "<venv>/lib/python3.13/site-packages/nvidia/cu13" | None, "lib64": bool (top/lib64
+    exists), "link": target of ``home`` | None}``."""
+
+    def command(self, venv: str, home: str) -> str:
+        q_venv, q_home = shlex.quote(venv), shlex.quote(home)
+        return (
+            f"top=$(ls -d {q_venv}/lib/python3*/site-packages/nvidia/cu13 2>/dev/null | head -n1); "
+            'echo "top=$top"; '
+            'echo "lib64=$(test -n "$top" && test -e "$top/lib64" && echo 1 || echo 0)"; '
+            f'echo "link=$(readlink {q_home} 2>/dev/null)"'
+        )
+
+    def process(self, output: list[str]) -> dict:
+        values = dict(line.split("=", 1) for line in output if "=" in line)
+        return {
+            "top": values.get("top") or None,
+            "lib64": values.get("lib64") == "1",
+            "link": values.get("link") or None,
+        }

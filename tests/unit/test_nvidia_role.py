@@ -428,3 +428,19 @@ def test_nvlink_single_gpu_has_nothing_to_verify(tools):
     assert proc.returncode == 0 and env.read_text().splitlines()[1:] == [
         "RIGUP_VLLM_INTERCONNECT_ARGS="
     ]
+
+
+def test_cuda_toolkit_home_fact():
+    from roles.nvidia.facts import CudaToolkitHome
+
+    top = "/opt/rigup/cuda-13.0/venv/lib/python3.13/site-packages/nvidia/cu13"
+    assert CudaToolkitHome().process([f"top={top}", "lib64=1", f"link={top}"]) == {
+        "top": top,
+        "lib64": True,
+        "link": top,
+    }
+    assert CudaToolkitHome().process(["top=", "lib64=0", "link="]) == {
+        "top": None,
+        "lib64": False,
+        "link": None,
+    }

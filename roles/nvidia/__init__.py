@@ -291,8 +291,8 @@ def cuda_home_linked(venv: str, home: str):
     and give it the ``lib64`` that nvcc.profile and CUDA_HOME users expect (the wheels ship
     ``lib``). Evaluated when it runs, so it works on the run that creates the venv; a no-op when
     both are in place. Raises ``OperationError`` when the venv holds no toolkit."""
-    state = host.get_fact(CudaToolkitHome, venv=venv, home=home)
-    if state["top"] and state["lib64"] and state["link"] == state["top"]:
+    state = host.get_fact(CudaToolkitHome, venv=venv, home=home) or {}
+    if state.get("top") and state.get("lib64") and state.get("link") == state["top"]:
         host.noop(f"{home} -> {state['top']}")
         return
     q_venv, q_home = shlex.quote(venv), shlex.quote(home)

@@ -23,7 +23,8 @@ from lab.machine import LabMachine
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-#: Where the lab keeps its "mirror" of the checkpoint (inventory/lab.py points model_local_path here).
+#: Where the lab keeps its "mirror" of the checkpoint: under /srv/mirror (model_local_dirs), named
+#: after the repository, as `hf download --local-dir` or a NAS copy would be.
 LAB_MODEL_MIRROR = "/srv/mirror/Qwen3.6-27B-int4-AutoRound"
 
 

@@ -26,8 +26,20 @@ def _ubuntu_2604(uid: int = 0, systemd: bool = True) -> dict:
     }
 
 
-def _mirror_present() -> dict:
+# --- Models (issue 5) ---
+#: roles/model/facts.py ModelCandidates: what the local source finds under model_local_dirs
+CANDIDATES = re.compile(r"echo store ")
+FREE_BYTES = "df -B1 --output=avail"
+
+
+def _free(gb: int = 500) -> dict:
+    return {FREE_BYTES: ["Avail", str(gb * 10**9)]}
+
+
+def _mirror_present(free_gb: int = 500) -> dict:
     return {
+        CANDIDATES: [f"mirror {MIRROR}"],
+        **_free(free_gb),
         f"test -d {MIRROR}": [
             "@present",
             "1524 config.json",
@@ -74,6 +86,7 @@ def missing_model_source():
     """The mirror path does not exist and nothing is placed."""
     return {
         **_ubuntu_2604(),
+        CANDIDATES: [],
         f"test -d {MIRROR}": ["@absent"],
         f"test -d {PLACED}": ["@absent"],
     }, {}
@@ -83,6 +96,7 @@ def not_a_checkpoint():
     """The mirror path exists but holds no config.json."""
     return {
         **_ubuntu_2604(),
+        CANDIDATES: [f"mirror {MIRROR}"],
         f"test -d {MIRROR}": ["@present", "12 README.md"],
         f"test -d {PLACED}": ["@absent"],
     }, {}
@@ -98,6 +112,25 @@ def not_root():
     return {**_ubuntu_2604(uid=1000), **_mirror_present()}, {}
 
 
+def disk_too_small():
+    """The checkpoint (18.5 GB on the mirror) does not fit in 10 GB of free space."""
+    return {**_ubuntu_2604(), **_driver(), **_mirror_present(free_gb=10)}, {}
+
+
+def hub_only_unpinned():
+    """Only Hugging Face configured, but the LLM manifest is unpinned (no commit known here)."""
+    return {**_ubuntu_2604(), **_driver(), CANDIDATES: [], **_free()}, {
+        "model_sources": ["huggingface"]
+    }
+
+
+def fresh_rig_run():
+    """As fresh_rig, for a real run on @fake: once placed, the checkpoint's config.json reads
+    back (what the text-only edit needs at execution time)."""
+    responses, overrides = fresh_rig()
+    return {f"test -f {PLACED}/config.json": ['{"model_type": "qwen3_5"}'], **responses}, overrides
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
@@ -110,5 +143,8 @@ SCENARIOS = {
         not_a_checkpoint,
         no_systemd,
         not_root,
+        disk_too_small,
+        hub_only_unpinned,
+        fresh_rig_run,
     )
 }

@@ -61,7 +61,8 @@ def test_fresh_rig_plans_every_component_in_order(fresh_rig):
     order = [
         "rigup base | Install the apt baseline",
         "rigup base | Install uv 0.13.9 (found: none)",
-        "LLM checkpoint | Place checkpoint qwen3.6-27b-int4-autoround@mirror-2026-11",
+        "LLM checkpoint | Model tool venv (huggingface_hub, hf_xet, modelscope; uv, locked)",
+        "LLM checkpoint | Place model qwen3.6-27b-int4-autoround@mirror-2026-11",
         "LLM checkpoint | Text-only edit of config.json (language_model_only)",
         "vLLM | Service user vllm",
         "vLLM | vLLM 0.22.1 venv (uv, locked)",
@@ -100,8 +101,10 @@ def test_host_without_gpus_or_driver_installs_but_does_not_start(scenario, why):
         ("too_few_gpus", "vllm_tensor_parallel_size: 2 is more than the 1 GPU(s)"),
         (
             "missing_model_source",
-            "model_local_path: /srv/mirror/Qwen3.6-27B-int4-AutoRound does not exist",
+            "model qwen3.6-27b-int4-autoround@mirror-2026-11: no copy found under /srv/mirror",
         ),
+        ("disk_too_small", "18.49 GB to place + 1 GiB spare, but only 10.00 GB free"),
+        ("hub_only_unpinned", "is unpinned (no commit, no sha256), and huggingface downloads"),
         ("not_a_checkpoint", "has no config.json"),
         ("no_systemd", "systemd is not running as PID 1"),
         ("not_root", "not root: connect as root or add --sudo"),

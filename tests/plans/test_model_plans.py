@@ -1,0 +1,61 @@
+"""Model acquisition plans on @fake hosts (issue 5): the Hugging Face token never reaches
+pyinfra's output, even fully verbose with diffs, and what a fresh host would run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from tests.plans.test_plans import PYINFRA, REPO, changes, plan
+
+TOKEN = "hf_tOkEnThatMustNeverBePrinted0123"
+
+
+def test_token_never_appears_in_pyinfra_output():
+    """A real (fake-connector) execution with every debug switch: the secret_file upload and the
+    fetch command must show the token's file, never its value."""
+    proc = subprocess.run(
+        [
+            str(PYINFRA),
+            "-y",
+            "-vvv",
+            "--debug",
+            "--diff",
+            "tests/plans/inventory.py",
+            "deploys/model.py",
+            "--group-data",
+            "inventory/group_data",
+        ],
+        cwd=REPO,
+        env={
+            **os.environ,
+            "RIGUP_PLAN_SCENARIO": "fresh_rig_run",
+            "PYINFRA_FAKE_DELAY": "0",
+            "HF_TOKEN": TOKEN,
+        },
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "Hugging Face token from $HF_TOKEN (0600)" in out
+    assert "/etc/rigup/model/secrets/hf-token" in out
+    assert TOKEN not in out
+    assert TOKEN[3:12] not in out
+
+
+def test_fresh_rig_places_the_llm_with_the_tool_venv_first():
+    rc, parsed, err = plan("fresh_rig", "deploys/model.py")
+    assert rc == 0, err
+    names = changes(parsed)
+    order = [
+        "LLM checkpoint | Directory /etc/rigup/model/secrets",
+        "LLM checkpoint | Model tool venv (huggingface_hub, hf_xet, modelscope; uv, locked)",
+        "LLM checkpoint | Script model_fetch.py",
+        "LLM checkpoint | Manifest qwen3.6-27b-int4-autoround (JSON for model_fetch.py)",
+        "LLM checkpoint | Place model qwen3.6-27b-int4-autoround@mirror-2026-11",
+    ]
+    assert [n for n in names if n in order] == order
+    # no token in the controller's environment: the token file is left alone
+    assert "LLM checkpoint | Hugging Face token from $HF_TOKEN (0600)" not in names

@@ -497,3 +497,52 @@ def test_unpinned_manifest_resolves_the_ref_in_a_hub_cache(mirror):
     )
     assert rc == 0, err
     assert out["layout"].endswith(f"(snapshot {commit})") and out["files"] == 3
+
+
+# ---- the lock command's pure part (its hub calls need network: not exercised here) ----------
+def _lock_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("model_lock", SCRIPT.parent / "model_lock.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_lock_writes_a_manifest_that_parses_as_locked(tmp_path):
+    import tomllib
+
+    lock = _lock_module()
+    text = (MANIFEST_DIR / f"{LLM}.toml").read_text()
+    raw = tomllib.loads(text)
+    repo_files = ["config.json", "model-00001-of-00002.safetensors", "README.md", "original/a.pth"]
+    files = lock.wanted(raw, repo_files)
+    assert [f["path"] for f in files] == [
+        "README.md",
+        "config.json",
+        "model-00001-of-00002.safetensors",
+    ]
+    for i, f in enumerate(files):
+        f.update(size=10 + i, sha256=f"{i:064x}")
+    out = lock.locked_text(raw, "c" * 40, files, lock.leading_comments(text))
+    assert out.startswith("# The LLM")
+    path = tmp_path / f"{LLM}.toml"
+    path.write_text(out)
+    m = load_manifest(str(path))
+    assert m.locked and m.revision == "c" * 40 and m.total_bytes == 33
+    assert list(m.include) == raw["include"] and m.description == raw["description"]
+
+
+def test_lock_keeps_comfyui_dests():
+    lock = _lock_module()
+    raw = _raw(files=[{"path": "flux.safetensors", "dest": "diffusion_models/flux.safetensors"}])
+    (f,) = lock.wanted(raw, ["flux.safetensors"])
+    f.update(size=1, sha256="a" * 64)
+    m = parse_manifest(tomllib_loads(lock.locked_text(raw, "d" * 40, [f])))
+    assert m.files[0].dest == "diffusion_models/flux.safetensors" and m.locked
+
+
+def tomllib_loads(text: str) -> dict:
+    import tomllib
+
+    return tomllib.loads(text)

@@ -62,7 +62,7 @@ def line(step: str, result: dict, seconds: float) -> None:
     moved = result.get("bytes_transferred", 0)
     rate = moved / seconds / 1e6 if seconds > 0 else 0.0
     print(
-        f"{step:<34} {result['status']:<8} {moved / 1e9:8.3f} GB moved  {seconds:7.2f} s  "
+        f"{step:<36} {result['status']:<8} {moved / 1e9:8.3f} GB moved  {seconds:7.2f} s  "
         f"{rate:7.0f} MB/s",
         flush=True,
     )
@@ -149,7 +149,7 @@ def main() -> int:
         "verify", "--manifest", str(manifest), "--dir", f"{rebuilt}/{NAME}/{REV}"
     )
     print(
-        f"{'verify restored copy (sha256)':<34} {verify['status']:<8} {verify['sha256_checked']} files  {seconds:7.2f} s  {total / seconds / 1e6:7.0f} MB/s"
+        f"{'verify restored copy (sha256)':<36} {verify['status']:<8} {verify['sha256_checked']} files  {seconds:7.2f} s  {total / seconds / 1e6:7.0f} MB/s"
     )
     shutil.rmtree(ROOT)
     return 0

@@ -264,13 +264,14 @@ def _expect(
     return size, f.get("sha256") or rec.get("sha256")
 
 
-def check_free_space(where: Path, needed: int, name: str) -> None:
+def check_free_space(where: Path, needed: int, name: str, spare: int = SPARE_BYTES) -> None:
+    """Raise FetchError (exit 3) unless ``needed`` + ``spare`` bytes are free at ``where``."""
     free = shutil.disk_usage(where).free
-    if needed + SPARE_BYTES > free:
+    if needed + spare > free:
         raise FetchError(
             f"not enough free space for {name} on {where}: {needed / 1e9:.2f} GB to transfer "
-            f"+ {SPARE_BYTES / 2**30:.0f} GiB spare, {free / 1e9:.2f} GB free "
-            f"(short by {(needed + SPARE_BYTES - free) / 1e9:.2f} GB)",
+            f"+ {spare / 2**30:.2f} GiB spare, {free / 1e9:.2f} GB free "
+            f"(short by {(needed + spare - free) / 1e9:.2f} GB)",
             code=3,
         )
 
@@ -457,7 +458,7 @@ def place_with(source: str, manifest: dict, partial: Path, dest: Path, name: str
             needed += size - (tmp.stat().st_size if tmp.exists() else 0)
         if opts.link == "hardlink" and src.stat().st_dev == partial.stat().st_dev:
             needed = 0
-        check_free_space(partial, needed, name)
+        check_free_space(partial, needed, name, opts.spare_bytes)
         progress = Progress(f"{name} from {src}", needed)
         entries = place_from_local(manifest, files, src, partial, opts.link, progress)
         origin = {"source": "local", "from": str(src), "layout": layout}
@@ -465,7 +466,8 @@ def place_with(source: str, manifest: dict, partial: Path, dest: Path, name: str
         files = manifest["files"]
         if manifest["state"] == "locked":
             have = _tree_bytes(partial / DOWNLOAD)
-            check_free_space(partial, max(sum(f["size"] for f in files) - have, 0), name)
+            needed = max(sum(f["size"] for f in files) - have, 0)
+            check_free_space(partial, needed, name, opts.spare_bytes)
         progress = Progress(f"{name} from {source}", None)
         before = _tree_bytes(partial / DOWNLOAD)
         download = hub_download(source, manifest, files, partial, opts)
@@ -572,7 +574,7 @@ def cmd_backup(opts) -> dict:
                 for f in record["files"]
             ]
             needed = sum(f["size"] for f in files) - _tree_bytes(partial)
-            check_free_space(partial, max(needed, 0), entry["model"])
+            check_free_space(partial, max(needed, 0), entry["model"], opts.spare_bytes)
             progress = Progress(f"backup {entry['model']}", needed)
             place_from_local(manifest, files, placed, partial, "copy", progress)
             (partial / VERIFIED).unlink(missing_ok=True)
@@ -609,6 +611,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--modelscope-endpoint", default="")
     p.add_argument("--replace-mismatched", action="store_true")
     p.add_argument("--report", default="")
+    p.add_argument("--spare-bytes", type=int, default=SPARE_BYTES, help="keep this much free")
     v = sub.add_parser("verify")
     v.add_argument("--manifest", required=True)
     v.add_argument("--dir", required=True)
@@ -616,6 +619,7 @@ def main(argv: list[str]) -> int:
     b.add_argument("--store", required=True)
     b.add_argument("--to", required=True)
     b.add_argument("--report", default="")
+    b.add_argument("--spare-bytes", type=int, default=SPARE_BYTES, help="keep this much free")
     opts = cli.parse_args(argv)
     started = time.monotonic()
     try:

@@ -73,7 +73,9 @@ model_sources = ["local", "huggingface"]
 # Roots the local source searches for <root>/<name>/<revision> (a rigup store or backup),
 # <root>/<name>, <root>/<repo basename> and a Hugging Face cache <root>/models--<org>--<repo>.
 model_local_dirs = ["/srv/mirror"]
-model_local_link = "copy"  # "hardlink": link instead of copy when on the same filesystem
+model_local_link = (
+    "copy"  # "hardlink": same filesystem only; the copy then shares the source inodes
+)
 hf_endpoint = ""  # "" = https://huggingface.co; a mirror, e.g. "https://hf-mirror.com" (China)
 hf_token_env = "HF_TOKEN"  # controller env var with the token; stored 0600 on the host, never shown
 modelscope_endpoint = ""  # "" = ModelScope's default (www.modelscope.cn); sets MODELSCOPE_DOMAIN

@@ -205,6 +205,8 @@ def _mirror(root: Path, sizes: dict[str, int]) -> dict[str, Path]:
 
 
 def _fetch(*args: str, env: dict | None = None) -> tuple[int, dict, str]:
+    if args[0] in ("place", "backup") and "--spare-bytes" not in args:
+        args = (*args, "--spare-bytes", "0")  # these tests move MBs: do not need 1 GiB free
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), *args],
         capture_output=True,
@@ -212,6 +214,24 @@ def _fetch(*args: str, env: dict | None = None) -> tuple[int, dict, str]:
         env={**os.environ, **(env or {})},
     )
     return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def _place_args(manifest: Path, dest: Path, local_dir: Path, *extra: str) -> tuple[str, ...]:
+    return (
+        "place",
+        "--manifest",
+        str(manifest),
+        "--dest",
+        str(dest),
+        "--local-dir",
+        str(local_dir),
+        *extra,
+    )
+
+
+def _place(manifest: Path, dest: Path, local_dir: Path, *extra: str, env: dict | None = None):
+    """model_fetch.py place of ``manifest`` to ``dest`` from ``local_dir``."""
+    return _fetch(*_place_args(manifest, dest, local_dir, *extra), env=env)
 
 
 def _manifest_file(tmp: Path, **over) -> Path:
@@ -236,15 +256,7 @@ def test_local_place_then_rerun_transfers_nothing(mirror):
     tmp, files, pinned = mirror
     manifest = _manifest_file(tmp, files=pinned)
     dest = tmp / "store" / "tiny" / "label-1"
-    args = (
-        "place",
-        "--manifest",
-        str(manifest),
-        "--dest",
-        str(dest),
-        "--local-dir",
-        str(tmp / "mirror"),
-    )
+    args = _place_args(manifest, dest, tmp / "mirror")
     rc, first, err = _fetch(*args)
     assert rc == 0, err
     assert first["status"] == "placed" and first["layout"] == "mirror"
@@ -280,15 +292,7 @@ def test_interrupted_copy_resumes_where_it_stopped(mirror):
     )
     half = files["model-1.safetensors"].read_bytes()[: 2**20]
     (partial / "model-1.safetensors.incomplete").write_bytes(half)
-    rc, out, err = _fetch(
-        "place",
-        "--manifest",
-        str(manifest),
-        "--dest",
-        str(dest),
-        "--local-dir",
-        str(tmp / "mirror"),
-    )
+    rc, out, err = _place(manifest, dest, tmp / "mirror")
     assert rc == 0, err
     assert out["bytes_transferred"] == SIZES["model-1.safetensors"] - 2**20 + SIZES["sub/tok.json"]
     assert (dest / "model-1.safetensors").read_bytes() == files["model-1.safetensors"].read_bytes()
@@ -299,15 +303,7 @@ def test_sha256_mismatch_stops_before_anything_is_placed(mirror):
     pinned[1]["sha256"] = "0" * 64
     manifest = _manifest_file(tmp, files=pinned)
     dest = tmp / "store" / "tiny" / "label-1"
-    rc, out, _ = _fetch(
-        "place",
-        "--manifest",
-        str(manifest),
-        "--dest",
-        str(dest),
-        "--local-dir",
-        str(tmp / "mirror"),
-    )
+    rc, out, _ = _place(manifest, dest, tmp / "mirror")
     assert rc == 1 and out["status"] == "error"
     assert "model-1.safetensors: sha256" in out["error"] and "0" * 64 + " expected" in out["error"]
     assert not dest.exists()
@@ -318,15 +314,7 @@ def test_not_enough_space_says_the_numbers(mirror, monkeypatch):
     tmp, files, pinned = mirror
     pinned[1]["size"] = 10**18  # an exabyte: no disk here has that
     manifest = _manifest_file(tmp, files=pinned)
-    rc, out, _ = _fetch(
-        "place",
-        "--manifest",
-        str(manifest),
-        "--dest",
-        str(tmp / "s" / "tiny" / "x"),
-        "--local-dir",
-        str(tmp / "mirror"),
-    )
+    rc, out, _ = _place(manifest, tmp / "s" / "tiny" / "x", tmp / "mirror")
     assert rc == 3
     assert "not enough free space for tiny@label-1" in out["error"] and "GB free" in out["error"]
 
@@ -335,15 +323,7 @@ def test_mismatching_placed_file_is_kept_unless_replacement_is_allowed(mirror):
     tmp, files, pinned = mirror
     manifest = _manifest_file(tmp, files=pinned)
     dest = tmp / "store" / "tiny" / "label-1"
-    base = (
-        "place",
-        "--manifest",
-        str(manifest),
-        "--dest",
-        str(dest),
-        "--local-dir",
-        str(tmp / "mirror"),
-    )
+    base = _place_args(manifest, dest, tmp / "mirror")
     assert _fetch(*base)[0] == 0
     target = dest / "sub" / "tok.json"
     target.write_bytes(b"edited by someone")
@@ -362,17 +342,7 @@ def test_unpinned_patterns_hardlink_and_verify(tmp_path):
     _mirror(tmp_path / "mirror" / "tiny", {**SIZES, "README.md": 10, "original/x.pth": 7})
     manifest = _manifest_file(tmp_path, include=["*.json", "*.safetensors"])
     dest = tmp_path / "store" / "tiny" / "label-1"
-    rc, out, err = _fetch(
-        "place",
-        "--manifest",
-        str(manifest),
-        "--dest",
-        str(dest),
-        "--local-dir",
-        str(tmp_path / "mirror"),
-        "--link",
-        "hardlink",
-    )
+    rc, out, err = _place(manifest, dest, tmp_path / "mirror", "--link", "hardlink")
     assert rc == 0, err
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == [
         ".rigup-manifest.json",
@@ -395,8 +365,7 @@ def test_backup_then_restore_from_the_backup(mirror):
     tmp, files, pinned = mirror
     manifest = _manifest_file(tmp, files=pinned)
     store = tmp / "store"
-    place = ("place", "--manifest", str(manifest), "--local-dir", str(tmp / "mirror"))
-    assert _fetch(*place, "--dest", str(store / "tiny" / "label-1"))[0] == 0
+    assert _place(manifest, store / "tiny" / "label-1", tmp / "mirror")[0] == 0
     rc, backup, err = _fetch("backup", "--store", str(store), "--to", str(tmp / "backup"))
     assert rc == 0, err
     assert backup["bytes_transferred"] == sum(SIZES.values())
@@ -409,15 +378,7 @@ def test_backup_then_restore_from_the_backup(mirror):
         == 0
     )
     # rebuild: a new store, the backup as the only local dir
-    rc, restored, err = _fetch(
-        "place",
-        "--manifest",
-        str(manifest),
-        "--local-dir",
-        str(tmp / "backup"),
-        "--dest",
-        str(tmp / "new" / "tiny" / "label-1"),
-    )
+    rc, restored, err = _place(manifest, tmp / "new" / "tiny" / "label-1", tmp / "backup")
     assert rc == 0, err
     assert restored["layout"] == "rigup store/backup" and restored["bytes_transferred"] == sum(
         SIZES.values()
@@ -450,15 +411,8 @@ def test_pinned_snapshot_resolved_offline_from_a_hub_cache(mirror):
     commit = build_hf_cache(tmp / "hub", "org/Tiny-Model", files)
     manifest = _manifest_file(tmp, state="locked", revision=commit, files=pinned)
     dest = tmp / "store" / "tiny" / commit
-    rc, out, err = _fetch(
-        "place",
-        "--manifest",
-        str(manifest),
-        "--dest",
-        str(dest),
-        "--local-dir",
-        str(tmp / "hub"),
-        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp / "hf-home")},
+    rc, out, err = _place(
+        manifest, dest, tmp / "hub", env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp / "hf-home")}
     )
     assert rc == 0, err
     assert out["layout"] == f"Hugging Face cache (snapshot {commit})"
@@ -468,15 +422,8 @@ def test_pinned_snapshot_resolved_offline_from_a_hub_cache(mirror):
     )
     # another commit than the cache holds: huggingface_hub finds nothing, the place fails clearly
     other = _manifest_file(tmp, state="locked", revision="f" * 40, files=pinned)
-    rc, out, _ = _fetch(
-        "place",
-        "--manifest",
-        str(other),
-        "--dest",
-        str(tmp / "store" / "tiny" / ("f" * 40)),
-        "--local-dir",
-        str(tmp / "hub"),
-        env={"HF_HUB_OFFLINE": "1"},
+    rc, out, _ = _place(
+        other, tmp / "store" / "tiny" / ("f" * 40), tmp / "hub", env={"HF_HUB_OFFLINE": "1"}
     )
     assert rc == 1 and "local: no copy under" in out["error"]
 
@@ -485,15 +432,8 @@ def test_unpinned_manifest_resolves_the_ref_in_a_hub_cache(mirror):
     tmp, files, _ = mirror
     commit = build_hf_cache(tmp / "hub", "org/Tiny-Model", files, ref="main")
     manifest = _manifest_file(tmp, include=["*"])
-    rc, out, err = _fetch(
-        "place",
-        "--manifest",
-        str(manifest),
-        "--dest",
-        str(tmp / "store" / "tiny" / "label-1"),
-        "--local-dir",
-        str(tmp / "hub"),
-        env={"HF_HUB_OFFLINE": "1"},
+    rc, out, err = _place(
+        manifest, tmp / "store" / "tiny" / "label-1", tmp / "hub", env={"HF_HUB_OFFLINE": "1"}
     )
     assert rc == 0, err
     assert out["layout"].endswith(f"(snapshot {commit})") and out["files"] == 3
@@ -546,3 +486,109 @@ def tomllib_loads(text: str) -> dict:
     import tomllib
 
     return tomllib.loads(text)
+
+
+# ---- hub sources: the calls into huggingface_hub / modelscope -------------------------------
+# The hubs cannot be reached from here, so the network call itself is replaced by a stand-in that
+# records its arguments and writes the files a download would; everything around it (token file,
+# pinned revision, endpoint, verification, atomic publish) runs for real.
+def _opts(manifest: Path, dest: Path, sources: str, **over):
+    import argparse
+
+    base = dict(
+        manifest=str(manifest), dest=str(dest), sources=sources, local_dir=[], link="copy",
+        hf_endpoint="", hf_token_file="", modelscope_endpoint="", replace_mismatched=False,
+        report="", spare_bytes=0,
+    )  # fmt: skip
+    return argparse.Namespace(**{**base, **over})
+
+
+def _download_stand_in(calls: list, files: dict[str, Path], real):
+    import inspect
+
+    def snapshot_download(*args, **kwargs):
+        inspect.signature(real).bind(*args, **kwargs)  # TypeError on an argument it lacks
+        calls.append((args, kwargs))
+        target = Path(kwargs["local_dir"])
+        for rel in kwargs["allow_patterns"]:
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            (target / rel).write_bytes(files[rel].read_bytes())
+        return str(target)
+
+    return snapshot_download
+
+
+def test_huggingface_source_pins_the_commit_and_reads_the_token_file(mirror, monkeypatch):
+    import huggingface_hub
+
+    tmp, files, pinned = mirror
+    commit = "b" * 40
+    manifest = _manifest_file(tmp, state="locked", revision=commit, files=pinned)
+    token_file = tmp / "hf-token"
+    token_file.write_text("hf_fromTheFile\n")
+    calls: list = []
+    monkeypatch.setattr(
+        huggingface_hub,
+        "snapshot_download",
+        _download_stand_in(calls, files, huggingface_hub.snapshot_download),
+    )
+    dest = tmp / "store" / "tiny" / commit
+    opts = _opts(
+        manifest,
+        dest,
+        "huggingface",
+        hf_token_file=str(token_file),
+        hf_endpoint="https://hf-mirror.com",
+    )
+    result = model_fetch.cmd_place(opts)
+    assert result["status"] == "placed" and result["source"] == "huggingface"
+    ((args, kwargs),) = calls
+    assert args == ("org/Tiny-Model",)
+    assert kwargs["revision"] == commit and kwargs["token"] == "hf_fromTheFile"
+    assert kwargs["endpoint"] == "https://hf-mirror.com"
+    assert sorted(kwargs["allow_patterns"]) == sorted(SIZES)
+    assert kwargs["local_dir"] == str(dest.parent / f".{commit}.partial" / ".download")
+    assert not (dest / ".download").exists(), "the libraries' resume state is not published"
+    assert (dest / "model-1.safetensors").read_bytes() == files["model-1.safetensors"].read_bytes()
+
+
+def test_huggingface_download_that_does_not_match_is_not_placed(mirror, monkeypatch):
+    import huggingface_hub
+
+    tmp, files, pinned = mirror
+    pinned[0]["sha256"] = "1" * 64
+    manifest = _manifest_file(tmp, state="locked", revision="c" * 40, files=pinned)
+    monkeypatch.setattr(
+        huggingface_hub,
+        "snapshot_download",
+        _download_stand_in([], files, huggingface_hub.snapshot_download),
+    )
+    dest = tmp / "store" / "tiny" / ("c" * 40)
+    with pytest.raises(model_fetch.FetchError, match="config.json: sha256"):
+        model_fetch.cmd_place(_opts(manifest, dest, "huggingface"))
+    assert not dest.exists()
+
+
+def test_modelscope_source_uses_its_own_id_and_revision(mirror, monkeypatch):
+    modelscope = pytest.importorskip(
+        "modelscope", reason="modelscope is in the target tool venv only"
+    )
+
+    tmp, files, pinned = mirror
+    manifest = _manifest_file(
+        tmp,
+        state="locked",
+        revision="d" * 40,
+        files=pinned,
+        modelscope_id="ms-org/Tiny",
+        modelscope_revision="v1.0",
+    )
+    calls: list = []
+    monkeypatch.setattr(
+        modelscope,
+        "snapshot_download",
+        _download_stand_in(calls, files, modelscope.snapshot_download),
+    )
+    result = model_fetch.cmd_place(_opts(manifest, tmp / "s" / "tiny" / ("d" * 40), "modelscope"))
+    assert result["source"] == "modelscope"
+    assert calls[0][1]["model_id"] == "ms-org/Tiny" and calls[0][1]["revision"] == "v1.0"

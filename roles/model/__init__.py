@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from pyinfra import host, logger
-from pyinfra.api import FileUploadCommand, StringCommand, deploy, operation
+from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand, deploy, operation
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.files import Directory, Sha256File
@@ -132,6 +133,19 @@ def placed_mismatches(manifest: Manifest, record: dict | None, sizes: dict[str, 
     ]
 
 
+def run_with_progress(state, host, command: str) -> bool:
+    """Run ``command`` on the host with its output printed as it comes (pyinfra shows command
+    output only with ``-v``; a transfer of many GB must show progress without it). The
+    operation's connector arguments (``_sudo``, ``_env``, ...) apply as to any command."""
+    arguments = {
+        key: value
+        for key, value in (host.current_op_global_arguments or {}).items()
+        if key in CONNECTOR_ARGUMENT_KEYS
+    }
+    status, _ = host.run_shell_command(StringCommand(command), print_output=True, **arguments)
+    return status
+
+
 @operation()
 def model_placed(command: str, dest: str, manifest: Manifest, replace_mismatched: bool):
     """Place a model at ``dest`` by running ``command`` (see :func:`fetch_argv`), unless a
@@ -160,7 +174,7 @@ def model_placed(command: str, dest: str, manifest: Manifest, replace_mismatched
         if not replace_mismatched:
             host.noop(f"{manifest.name}: mismatching files kept (model_replace_mismatched)")
             return
-    yield command
+    yield FunctionCommand(run_with_progress, (command,), {})
 
 
 @operation()

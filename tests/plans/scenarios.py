@@ -131,6 +131,16 @@ def fresh_rig_run():
     return {f"test -f {PLACED}/config.json": ['{"model_type": "qwen3_5"}'], **responses}, overrides
 
 
+def fetch_fails():
+    """The transfer fails on the host (e.g. a file does not verify): the run must fail there."""
+    responses, overrides = fresh_rig_run()
+    failure = {
+        "success": False,
+        "stderr": ["model_fetch: ERROR: config.json: sha256 0000, 1111 expected"],
+    }
+    return {re.compile(r"model_fetch\.py place"): failure, **responses}, overrides
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
@@ -146,5 +156,6 @@ SCENARIOS = {
         disk_too_small,
         hub_only_unpinned,
         fresh_rig_run,
+        fetch_fails,
     )
 }

@@ -59,3 +59,20 @@ def test_fresh_rig_places_the_llm_with_the_tool_venv_first():
     assert [n for n in names if n in order] == order
     # no token in the controller's environment: the token file is left alone
     assert "LLM checkpoint | Hugging Face token from $HF_TOKEN (0600)" not in names
+
+
+def test_a_failing_transfer_fails_the_run_with_its_message():
+    proc = subprocess.run(
+        [str(PYINFRA), "-y", "tests/plans/inventory.py", "deploys/model.py"]
+        + ["--group-data", "inventory/group_data"],
+        cwd=REPO,
+        env={**os.environ, "RIGUP_PLAN_SCENARIO": "fetch_fails", "PYINFRA_FAKE_DELAY": "0"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "config.json: sha256 0000, 1111 expected" in out  # printed as it came, no -v needed
+    after = out.split("Starting operation: LLM checkpoint | Place model")[1]
+    assert "Error" in after and "Text-only edit" not in after, "the run went on after the failure"

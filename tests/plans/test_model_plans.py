@@ -76,3 +76,17 @@ def test_a_failing_transfer_fails_the_run_with_its_message():
     assert "config.json: sha256 0000, 1111 expected" in out  # printed as it came, no -v needed
     after = out.split("Starting operation: LLM checkpoint | Place model")[1]
     assert "Error" in after and "Text-only edit" not in after, "the run went on after the failure"
+
+
+def test_a_component_places_its_manifest_and_links_the_files():
+    rc, parsed, err = plan("fresh_rig", "tests/plans/deploys/model_links.py")
+    assert rc == 0, err
+    names = changes(parsed)
+    prefix = "Component with models | "
+    assert prefix + "Place model tiny-comfy@test-1" in names
+    assert prefix + "Directory /opt/comfy/models/diffusion_models" in names
+    assert prefix + "Link /opt/comfy/models/diffusion_models/flux-tiny.safetensors" in names
+    assert prefix + "Link /opt/comfy/models/vae/ae.safetensors" in names
+    assert names.index(prefix + "Place model tiny-comfy@test-1") < names.index(
+        prefix + "Link /opt/comfy/models/vae/ae.safetensors"
+    )

@@ -252,11 +252,12 @@ def _model_tool(data: Any, p: Paths) -> None:
         )
 
 
-def _require_source(data: Any, manifest: Manifest, dest: str, p: Paths) -> None:
+def _require_source(data: Any, manifest: Manifest, dest: str, p: Paths) -> bool:
     """Before any change: a model that is not placed needs a source that can provide it and
-    room on the disk. Raises DeployError with the reason and the numbers."""
+    room on the disk. Raises DeployError with the reason and the numbers. Returns whether the
+    model still has to be placed."""
     if host.get_fact(Directory, path=dest):
-        return
+        return False
     sources = list(data.get("model_sources"))
     hub = [s for s in sources if s != "local"]
     if hub and not manifest.locked and "local" not in sources:
@@ -306,6 +307,7 @@ def _require_source(data: Any, manifest: Manifest, dest: str, p: Paths) -> None:
                 f"{model_fetch.SPARE_BYTES / 2**30:.0f} GiB spare, but only {free / 1e9:.2f} GB "
                 f"free under {data.get('model_store_dir')} on {host.name} (nothing was changed)"
             )
+    return True
 
 
 def place_model(manifest: str) -> PlacedModel:
@@ -320,7 +322,18 @@ def place_model(manifest: str) -> PlacedModel:
     m = load_manifest(manifest)
     p = Paths.from_data(data)
     dest = store_path(data.model_store_dir, m)
-    _require_source(data, m, dest, p)
+    to_place = _require_source(data, m, dest, p)
+    token_env = data.hf_token_env
+    if (
+        to_place
+        and m.gated
+        and "huggingface" in data.model_sources
+        and not os.environ.get(token_env)
+    ):
+        logger.warning(
+            f"[{host.name}] model {m.name}: {m.repo_id} is gated on Hugging Face and ${token_env} "
+            "is not set on the controller: a download from the hub would be refused"
+        )
     _model_tool(data, p)
     store = data.model_store_dir.rstrip("/")
     for path in (store, f"{store}/{m.name}"):

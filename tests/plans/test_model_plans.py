@@ -90,3 +90,4 @@ def test_a_component_places_its_manifest_and_links_the_files():
     assert names.index(prefix + "Place model tiny-comfy@test-1") < names.index(
         prefix + "Link /opt/comfy/models/vae/ae.safetensors"
     )
+    assert "test-org/tiny-comfy is gated on Hugging Face and $HF_TOKEN is not set" in err

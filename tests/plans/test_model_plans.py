@@ -45,7 +45,8 @@ def test_token_never_appears_in_pyinfra_output():
     assert TOKEN[3:12] not in out
 
 
-def test_fresh_rig_places_the_llm_with_the_tool_venv_first():
+def test_fresh_rig_places_the_llm_with_the_tool_venv_first(monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
     rc, parsed, err = plan("fresh_rig", "deploys/model.py")
     assert rc == 0, err
     names = changes(parsed)
@@ -78,7 +79,8 @@ def test_a_failing_transfer_fails_the_run_with_its_message():
     assert "Error" in after and "Text-only edit" not in after, "the run went on after the failure"
 
 
-def test_a_component_places_its_manifest_and_links_the_files():
+def test_a_component_places_its_manifest_and_links_the_files(monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
     rc, parsed, err = plan("fresh_rig", "tests/plans/deploys/model_links.py")
     assert rc == 0, err
     names = changes(parsed)

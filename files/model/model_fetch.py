@@ -97,7 +97,7 @@ class Progress:
 
 
 # ---- hashing and copying --------------------------------------------------------------------
-def sha256_file(path: Path, progress: Progress | None = None) -> str:
+def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK):
@@ -191,6 +191,25 @@ def local_candidates(manifest: dict, roots: list[str]) -> list[tuple[Path, str]]
         if snap is not None:
             out.append((snap, f"Hugging Face cache (snapshot {snap.name})"))
     return out
+
+
+def complete_local_copy(manifest: dict, roots: list[str]) -> tuple[Path, str, list[dict]]:
+    """The first local candidate holding every wanted file: (directory, layout, files).
+    Raises FetchError saying what each candidate lacks."""
+    candidates = local_candidates(manifest, roots)
+    if not candidates:
+        raise FetchError(f"no copy under {', '.join(roots) or '(no --local-dir)'}")
+    why = []
+    for src, layout in candidates:
+        files = manifest["files"] or wanted_from_tree(manifest, src)
+        missing = [f["dest"] for f in files if source_file(src, f) is None]
+        if files and not missing:
+            return src, layout, files
+        why.append(
+            f"{src} ({layout}) "
+            + (f"lacks {', '.join(missing[:5])}" if files else "holds no file the manifest selects")
+        )
+    raise FetchError("no complete copy: " + "; ".join(why))
 
 
 def source_file(src: Path, f: dict) -> Path | None:
@@ -437,20 +456,12 @@ def cmd_place(opts) -> dict:
 
 def place_with(source: str, manifest: dict, partial: Path, dest: Path, name: str, opts) -> dict:
     if source == "local":
-        candidates = local_candidates(manifest, opts.local_dir)
-        if not candidates:
-            raise FetchError(f"no copy under {', '.join(opts.local_dir) or '(no --local-dir)'}")
-        src, layout = candidates[0]
-        files = manifest["files"] or wanted_from_tree(manifest, src)
-        if not files:
-            raise FetchError(f"{src} holds no file the manifest selects")
+        src, layout, files = complete_local_copy(manifest, opts.local_dir)
         recorded = recorded_hashes(src)
         done = _verified(partial)
         needed = 0
         for f in files:
             s = source_file(src, f)
-            if s is None:
-                raise FetchError(f"{src} ({layout}) lacks {f['dest']}")
             if f["dest"] in done:
                 continue
             size = _expect(f, recorded, s)[0] or 0

@@ -96,6 +96,14 @@ class Progress:
         }
 
 
+def human_bytes(n: int) -> str:
+    """``466428`` -> ``"466,428 B (466.4 kB)"``; decimal units (GB = 1e9 bytes)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n:,} B ({n / size:.1f} {unit})"
+    return f"{n:,} B"
+
+
 # ---- hashing and copying --------------------------------------------------------------------
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
@@ -648,8 +656,8 @@ def main(argv: list[str]) -> int:
     if result.get("bytes_transferred") is not None and result["status"] != "error":
         done = result["bytes_transferred"]
         print(
-            f"{opts.command}: {result['status']}: {done / 1e9:.3f} GB transferred in "
-            f"{result['seconds']:.1f} s ({result.get('rate_mb_s') or 0:.0f} MB/s)",
+            f"{opts.command}: {result['status']}: {human_bytes(done)} transferred in "
+            f"{result['seconds']:.1f} s ({result.get('rate_mb_s') or 0:.1f} MB/s)",
             file=sys.stderr,
         )
     elif result["status"] == "error":

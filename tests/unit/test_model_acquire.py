@@ -261,7 +261,9 @@ def test_local_place_then_rerun_transfers_nothing(mirror):
     assert rc == 0, err
     assert first["status"] == "placed" and first["layout"] == "mirror"
     assert first["bytes_transferred"] == sum(SIZES.values()) == first["bytes_total"]
-    assert "transferred in" in err  # the closing line: bytes, time and rate
+    assert (
+        f"place: placed: {sum(SIZES.values()):,} B (3.1 MB) transferred in" in err
+    )  # bytes, time, rate
     record = json.loads((dest / ".rigup-manifest.json").read_text())
     assert {f["dest"]: f["sha256"] for f in record["files"]} == {
         f["path"]: f["sha256"] for f in pinned

@@ -7,6 +7,7 @@ files/model/requirements.lock: huggingface_hub, hf_xet, modelscope). Installed b
     model_fetch.py place  --manifest M.json --dest DIR --sources local,huggingface
                           [--local-dir ROOT ...] [--link copy|hardlink] [--hf-endpoint URL]
                           [--hf-token-file FILE] [--modelscope-endpoint URL]
+                          [--modelscope-token-file FILE]
                           [--replace-mismatched] [--report FILE]
     model_fetch.py verify --manifest M.json --dir DIR          (full size + sha256 check)
     model_fetch.py backup --store DIR --to DIR [--report FILE]
@@ -28,8 +29,9 @@ Sources, tried in --sources order; the first that provides every file wins:
   with --link hardlink on the same filesystem, hard-linked and then hashed.
 - huggingface: huggingface_hub.snapshot_download at the pinned commit into the partial area
   (Xet transfers through hf_xet; --hf-endpoint for a mirror; token read from --hf-token-file).
-- modelscope: modelscope.snapshot_download of modelscope_id at modelscope_revision; every file
-  must still match the manifest's sha256.
+- modelscope: modelscope.snapshot_download of modelscope_id at modelscope_revision
+  (--modelscope-endpoint, token from --modelscope-token-file); every file must still match the
+  manifest's sha256.
 
 Output: progress lines on stderr (every 5 s: bytes, percent, rate) and one JSON line on stdout:
 {"status": "placed"|"present"|"mismatch"|"repaired"|"error", "bytes_transferred": N,
@@ -227,6 +229,13 @@ def source_file(src: Path, f: dict) -> Path | None:
     return None
 
 
+def read_token(path: str) -> str | None:
+    """The token in ``path`` (root-only, written by rigup), or None when there is none."""
+    if path and Path(path).is_file():
+        return Path(path).read_text(encoding="utf-8").strip() or None
+    return None
+
+
 def hub_download(kind: str, manifest: dict, files: list[dict], partial: Path, opts) -> Path:
     """Download ``files`` with the hub library into ``partial/.download``; returns that dir."""
     if manifest["state"] != "locked":
@@ -242,9 +251,7 @@ def hub_download(kind: str, manifest: dict, files: list[dict], partial: Path, op
         os.environ.pop("HF_HUB_OFFLINE", None)
         from huggingface_hub import snapshot_download
 
-        token = None
-        if opts.hf_token_file and Path(opts.hf_token_file).is_file():
-            token = Path(opts.hf_token_file).read_text(encoding="utf-8").strip() or None
+        token = read_token(opts.hf_token_file)
         snapshot_download(
             manifest["repo_id"],
             revision=manifest["revision"],
@@ -256,8 +263,6 @@ def hub_download(kind: str, manifest: dict, files: list[dict], partial: Path, op
     else:
         if not manifest.get("modelscope_id"):
             raise FetchError(f"modelscope: manifest {manifest['name']} has no modelscope_id")
-        if opts.modelscope_endpoint:
-            os.environ["MODELSCOPE_DOMAIN"] = opts.modelscope_endpoint
         from modelscope import snapshot_download
 
         snapshot_download(
@@ -265,6 +270,8 @@ def hub_download(kind: str, manifest: dict, files: list[dict], partial: Path, op
             revision=manifest.get("modelscope_revision") or "master",
             local_dir=str(target),
             allow_patterns=patterns,
+            endpoint=opts.modelscope_endpoint or None,
+            token=read_token(opts.modelscope_token_file),
         )
     return target
 
@@ -628,6 +635,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--hf-endpoint", default="")
     p.add_argument("--hf-token-file", default="")
     p.add_argument("--modelscope-endpoint", default="")
+    p.add_argument("--modelscope-token-file", default="")
     p.add_argument("--replace-mismatched", action="store_true")
     p.add_argument("--report", default="")
     p.add_argument("--spare-bytes", type=int, default=SPARE_BYTES, help="keep this much free")

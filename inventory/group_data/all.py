@@ -78,7 +78,8 @@ model_local_link = (
 )
 hf_endpoint = ""  # "" = https://huggingface.co; a mirror, e.g. "https://hf-mirror.com" (China)
 hf_token_env = "HF_TOKEN"  # controller env var with the token; stored 0600 on the host, never shown
-modelscope_endpoint = ""  # "" = ModelScope's default (www.modelscope.cn); sets MODELSCOPE_DOMAIN
+modelscope_endpoint = ""  # "" = ModelScope's default endpoint (modelscope's own)
+modelscope_token_env = "MODELSCOPE_API_TOKEN"  # as hf_token_env, for ModelScope
 model_replace_mismatched = False  # True: replace placed files that do not match (old ones kept)
 model_backup_dir = ""  # deploys/model_backup.py copies the store here (a backup disk, a NAS)
 model_tool_python = "python3"  # interpreter of the model tool venv (huggingface_hub >= 3.9)

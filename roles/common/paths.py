@@ -52,6 +52,7 @@ class Paths:
     model_manifests_dir: str
     model_secrets_dir: str
     hf_token_file: str
+    modelscope_token_file: str
     model_reports: str
 
     @classmethod
@@ -94,5 +95,6 @@ class Paths:
             model_manifests_dir=f"{etc}/model/manifests",
             model_secrets_dir=f"{etc}/model/secrets",
             hf_token_file=f"{etc}/model/secrets/hf-token",
+            modelscope_token_file=f"{etc}/model/secrets/modelscope-token",
             model_reports=f"{state}/model",
         )

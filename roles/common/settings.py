@@ -243,6 +243,7 @@ RULES: dict[str, Check] = {
     "hf_endpoint": _url_or_empty,
     "hf_token_env": _matches(_ENV_NAME, "an environment variable name such as HF_TOKEN"),
     "modelscope_endpoint": _url_or_empty,
+    "modelscope_token_env": _matches(_ENV_NAME, "an environment variable name"),
     "model_replace_mismatched": _boolean,
     "model_backup_dir": _abs_path_or_empty,
     "model_tool_python": _matches(

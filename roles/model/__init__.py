@@ -117,6 +117,8 @@ def fetch_argv(data: Any, p: Paths, manifest: Manifest, manifest_file: str, dest
         argv += ["--hf-token-file", p.hf_token_file]
     if data.get("modelscope_endpoint"):
         argv += ["--modelscope-endpoint", data.get("modelscope_endpoint")]
+    if "modelscope" in data.get("model_sources"):
+        argv += ["--modelscope-token-file", p.modelscope_token_file]
     if data.get("model_replace_mismatched"):
         argv.append("--replace-mismatched")
     env = f"TMPDIR={shlex.quote(p.tmp)} HF_HUB_DISABLE_TELEMETRY=1"
@@ -242,14 +244,18 @@ def _model_tool(data: Any, p: Paths) -> None:
         dest=p.model_fetch,
         mode="755",
     )
-    if "huggingface" in data.get("model_sources"):
-        env_name = data.get("hf_token_env")
-        secret_file(
-            name=f"Hugging Face token from ${env_name} (0600)",
-            path=p.hf_token_file,
-            secret=os.environ.get(env_name) or None,
-            what=f"Hugging Face token (${env_name})",
-        )
+    for source, hub, env_key, path in (
+        ("huggingface", "Hugging Face", "hf_token_env", p.hf_token_file),
+        ("modelscope", "ModelScope", "modelscope_token_env", p.modelscope_token_file),
+    ):
+        if source in data.get("model_sources"):
+            env_name = data.get(env_key)
+            secret_file(
+                name=f"{hub} token from ${env_name} (0600)",
+                path=path,
+                secret=os.environ.get(env_name) or None,
+                what=f"{hub} token (${env_name})",
+            )
 
 
 def _require_source(data: Any, manifest: Manifest, dest: str, p: Paths) -> bool:

@@ -110,6 +110,7 @@ def test_secrets_stay_private(host, paths):
     assert d.is_directory and d.mode == 0o700 and d.user == "root", (
         f"{paths.model_secrets_dir} must be root-only (0700): run deploys/model.py"
     )
-    token = host.file(paths.hf_token_file)
-    if token.exists:
-        assert token.mode == 0o600 and token.user == "root", f"{token.path} must be 0600 root"
+    for path in (paths.hf_token_file, paths.modelscope_token_file):
+        token = host.file(path)
+        if token.exists:
+            assert token.mode == 0o600 and token.user == "root", f"{path} must be 0600 root"

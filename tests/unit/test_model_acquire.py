@@ -126,6 +126,7 @@ def test_fetch_command_passes_the_token_file_never_the_token(settings, monkeypat
     cmd = fetch_argv(settings, p, m, "/etc/rigup/model/manifests/x.json", "/srv/rigup/models/x/y")
     assert "hf_sEcReT" not in cmd
     assert "--hf-token-file /etc/rigup/model/secrets/hf-token" in cmd
+    assert "--modelscope-token-file /etc/rigup/model/secrets/modelscope-token" in cmd
     assert "--sources local,huggingface,modelscope" in cmd
     assert "--hf-endpoint https://hf-mirror.com" in cmd
     assert "--local-dir '/mnt/backup/rigup models' --local-dir /srv/mirror" in cmd
@@ -500,7 +501,7 @@ def _opts(manifest: Path, dest: Path, sources: str, **over):
     base = dict(
         manifest=str(manifest), dest=str(dest), sources=sources, local_dir=[], link="copy",
         hf_endpoint="", hf_token_file="", modelscope_endpoint="", replace_mismatched=False,
-        report="", spare_bytes=0,
+        report="", spare_bytes=0, modelscope_token_file="",
     )  # fmt: skip
     return argparse.Namespace(**{**base, **over})
 
@@ -585,12 +586,23 @@ def test_modelscope_source_uses_its_own_id_and_revision(mirror, monkeypatch):
         modelscope_id="ms-org/Tiny",
         modelscope_revision="v1.0",
     )
+    token_file = tmp / "ms-token"
+    token_file.write_text("ms-token-value\n")
     calls: list = []
     monkeypatch.setattr(
         modelscope,
         "snapshot_download",
         _download_stand_in(calls, files, modelscope.snapshot_download),
     )
-    result = model_fetch.cmd_place(_opts(manifest, tmp / "s" / "tiny" / ("d" * 40), "modelscope"))
+    opts = _opts(
+        manifest,
+        tmp / "s" / "tiny" / ("d" * 40),
+        "modelscope",
+        modelscope_token_file=str(token_file),
+        modelscope_endpoint="https://ms-mirror.example",
+    )
+    result = model_fetch.cmd_place(opts)
     assert result["source"] == "modelscope"
-    assert calls[0][1]["model_id"] == "ms-org/Tiny" and calls[0][1]["revision"] == "v1.0"
+    kwargs = calls[0][1]
+    assert kwargs["model_id"] == "ms-org/Tiny" and kwargs["revision"] == "v1.0"
+    assert kwargs["token"] == "ms-token-value" and kwargs["endpoint"] == "https://ms-mirror.example"

@@ -606,3 +606,22 @@ def test_modelscope_source_uses_its_own_id_and_revision(mirror, monkeypatch):
     kwargs = calls[0][1]
     assert kwargs["model_id"] == "ms-org/Tiny" and kwargs["revision"] == "v1.0"
     assert kwargs["token"] == "ms-token-value" and kwargs["endpoint"] == "https://ms-mirror.example"
+
+
+def test_lab_summary_line_of_a_transfer():
+    from lab.scenario import format_transfer
+
+    report = {
+        "status": "placed",
+        "dest": "/srv/rigup/models/qwen3.6-27b-int4-autoround/mirror-2026-11",
+        "source": "local",
+        "from": "/srv/mirror/Qwen3.6-27B-int4-AutoRound",
+        "layout": "mirror",
+        "bytes_transferred": 466428,
+        "seconds": 0.08,
+        "rate_mb_s": 5.7,
+    }
+    assert format_transfer(report) == (
+        "model qwen3.6-27b-int4-autoround@mirror-2026-11: placed from "
+        "/srv/mirror/Qwen3.6-27B-int4-AutoRound (mirror), 466,428 B moved in 0.08 s, 5.7 MB/s"
+    )

@@ -521,6 +521,12 @@ def _download_stand_in(calls: list, files: dict[str, Path], real):
     return snapshot_download
 
 
+def _stand_in(monkeypatch, library, calls: list, files: dict[str, Path]) -> None:
+    """Replace ``library.snapshot_download`` (the network call) by the stand-in."""
+    stand_in = _download_stand_in(calls, files, library.snapshot_download)
+    monkeypatch.setattr(library, "snapshot_download", stand_in)
+
+
 def test_huggingface_source_pins_the_commit_and_reads_the_token_file(mirror, monkeypatch):
     import huggingface_hub
 
@@ -530,11 +536,7 @@ def test_huggingface_source_pins_the_commit_and_reads_the_token_file(mirror, mon
     token_file = tmp / "hf-token"
     token_file.write_text("hf_fromTheFile\n")
     calls: list = []
-    monkeypatch.setattr(
-        huggingface_hub,
-        "snapshot_download",
-        _download_stand_in(calls, files, huggingface_hub.snapshot_download),
-    )
+    _stand_in(monkeypatch, huggingface_hub, calls, files)
     dest = tmp / "store" / "tiny" / commit
     opts = _opts(
         manifest,
@@ -561,11 +563,7 @@ def test_huggingface_download_that_does_not_match_is_not_placed(mirror, monkeypa
     tmp, files, pinned = mirror
     pinned[0]["sha256"] = "1" * 64
     manifest = _manifest_file(tmp, state="locked", revision="c" * 40, files=pinned)
-    monkeypatch.setattr(
-        huggingface_hub,
-        "snapshot_download",
-        _download_stand_in([], files, huggingface_hub.snapshot_download),
-    )
+    _stand_in(monkeypatch, huggingface_hub, [], files)
     dest = tmp / "store" / "tiny" / ("c" * 40)
     with pytest.raises(model_fetch.FetchError, match="config.json: sha256"):
         model_fetch.cmd_place(_opts(manifest, dest, "huggingface"))
@@ -573,9 +571,7 @@ def test_huggingface_download_that_does_not_match_is_not_placed(mirror, monkeypa
 
 
 def test_modelscope_source_uses_its_own_id_and_revision(mirror, monkeypatch):
-    modelscope = pytest.importorskip(
-        "modelscope", reason="modelscope is in the target tool venv only"
-    )
+    import modelscope
 
     tmp, files, pinned = mirror
     manifest = _manifest_file(
@@ -589,11 +585,7 @@ def test_modelscope_source_uses_its_own_id_and_revision(mirror, monkeypatch):
     token_file = tmp / "ms-token"
     token_file.write_text("ms-token-value\n")
     calls: list = []
-    monkeypatch.setattr(
-        modelscope,
-        "snapshot_download",
-        _download_stand_in(calls, files, modelscope.snapshot_download),
-    )
+    _stand_in(monkeypatch, modelscope, calls, files)
     opts = _opts(
         manifest,
         tmp / "s" / "tiny" / ("d" * 40),

@@ -6,7 +6,6 @@ checkpoint comes from a constructed Qwen3.6-shaped mirror the lab tooling pushes
 """
 
 from lab.machine import LabConfig
-from lab.scenario import LAB_MODEL_MIRROR
 
 _cfg = LabConfig.from_env()
 
@@ -21,7 +20,6 @@ lab = [
             "ssh_known_hosts_file": str(_cfg.known_hosts),
             "ssh_strict_host_key_checking": "yes",
             "nvidia_gpu_count": 0,  # no GPU in the lab: services installed, not started
-            "model_local_path": LAB_MODEL_MIRROR,  # constructed checkpoint pushed by the lab
         },
     )
 ]

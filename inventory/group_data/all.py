@@ -92,13 +92,27 @@ vllm_extra_args = []  # more `vllm serve` flags, checked by vLLM's own parser li
 vllm_start_timeout_s = 1800  # model load + torch.compile + CUDA graphs: 3090 owners report 5-15 min
 vllm_env = {}  # extra environment for the service (e.g. {"VLLM_LOGGING_LEVEL": "DEBUG"})
 
-# --- The LLM checkpoint -------------------------------------------------------------------------
-model_store_dir = (
-    "/srv/rigup/models"  # one versioned directory per model: <store>/<name>/<revision>
+# --- Models (issue 5): manifests, sources, store, backup -----------------------------------------
+# Every model (the LLM, ComfyUI's, VoxCPM2's) is described by a manifest in files/model/manifests/
+# (format: docs/models.md) and placed in <model_store_dir>/<name>/<revision>, verified (size,
+# sha256) and renamed into place; a placed revision is never overwritten or deleted.
+model_store_dir = "/srv/rigup/models"
+model_llm_manifest = "qwen3.6-27b-int4-autoround"  # the LLM vLLM serves (a manifest name)
+# Where models come from, tried in this order per model; the first that provides it wins:
+#   "local": a copy under model_local_dirs (a backup disk, a NAS, a mirror, an `hf download` cache)
+#   "huggingface": huggingface_hub at the manifest's pinned commit (locked manifests only)
+#   "modelscope": modelscope snapshot_download, files checked against the manifest's sha256
+model_sources = ["local", "huggingface"]
+# Roots the local source searches for <root>/<name>/<revision> (a rigup store or backup),
+# <root>/<name>, <root>/<repo basename> and a Hugging Face cache <root>/models--<org>--<repo>.
+model_local_dirs = ["/srv/mirror"]
+model_local_link = (
+    "copy"  # "hardlink": same filesystem only; the copy then shares the source inodes
 )
-model_name = "qwen3.6-27b-int4-autoround"  # directory name in the store
-model_revision = "mirror-2026-11"  # version label of the copy (a hub commit once downloads land)
-# Where the checkpoint comes from. "local": a directory on the target (a backup disk, a NAS mount,
-# a mirror). Hugging Face / ModelScope sources come with the model-acquisition work.
-model_source = "local"
-model_local_path = "/srv/mirror/Qwen3.6-27B-int4-AutoRound"
+hf_endpoint = ""  # "" = https://huggingface.co; a mirror, e.g. "https://hf-mirror.com" (China)
+hf_token_env = "HF_TOKEN"  # controller env var with the token; stored 0600 on the host, never shown
+modelscope_endpoint = ""  # "" = ModelScope's default endpoint (modelscope's own)
+modelscope_token_env = "MODELSCOPE_API_TOKEN"  # as hf_token_env, for ModelScope
+model_replace_mismatched = False  # True: replace placed files that do not match (old ones kept)
+model_backup_dir = ""  # deploys/model_backup.py copies the store here (a backup disk, a NAS)
+model_tool_python = "python3"  # interpreter of the model tool venv (huggingface_hub >= 3.9)

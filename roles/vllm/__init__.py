@@ -93,6 +93,7 @@ def vllm() -> None:
     # A rebuilt venv is a different vLLM as far as the checks below are concerned: forget their
     # earlier verdicts so they run again against the new one.
     stamps = [f"{p.checks}/vllm-args.ok", f"{p.checks}/text-only.ok"]
+    stamps.append(f"{p.checks}/checkpoint-preflight.ok")  # --- Checkpoint preflight (issue 5) ---
     for stamp in stamps:
         files.file(
             name=f"Forget {stamp} (venv rebuilt)", path=stamp, present=False, _if=venv.did_change
@@ -103,6 +104,7 @@ def vllm() -> None:
         "text_only_check.py": FILES / "vllm" / "text_only_check.py",
         "vllm_offline.py": FILES / "vllm" / "vllm_offline.py",
         "wait-ready": FILES / "vllm" / "wait-ready",
+        "checkpoint_preflight.py": FILES / "model" / "checkpoint_preflight.py",  # issue 5
     }
     for name, src in scripts.items():
         mode = "644" if name.endswith("_offline.py") else "755"  # a module, not a command
@@ -130,6 +132,17 @@ def vllm() -> None:
     as_user = (
         f"runuser -u {shlex.quote(user)} -- env HOME={shlex.quote(p.vllm_home)} "
         f"TMPDIR={shlex.quote(p.vllm_home)}/tmp HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1"
+    )
+    # --- Checkpoint preflight (issue 5): lm_head, vision tensors, weight prefixes ---
+    check_passes(
+        name="Checkpoint preflight with vLLM's model registry (lm_head, vision, weight names)",
+        command=(
+            f"{as_user} {python} {p.vllm_scripts}/checkpoint_preflight.py "
+            f"{shlex.quote(p.model_dir)} --method {method}"
+        ),
+        stamp=stamps[2],
+        key=fingerprint(p.model_dir, method, venv_key, _sha256(scripts["checkpoint_preflight.py"])),
+        what="checkpoint preflight",
     )
     check_passes(
         name=f"Check the checkpoint is served text-only ({method}) with vLLM's config code",

@@ -28,8 +28,20 @@ def _ubuntu_2604(uid: int = 0, systemd: bool = True) -> dict:
     }
 
 
-def _mirror_present() -> dict:
+# --- Models (issue 5) ---
+#: roles/model/facts.py ModelCandidates: what the local source finds under model_local_dirs
+CANDIDATES = re.compile(r"echo store ")
+FREE_BYTES = "df -B1 --output=avail"
+
+
+def _free(gb: int = 500) -> dict:
+    return {FREE_BYTES: ["Avail", str(gb * 10**9)]}
+
+
+def _mirror_present(free_gb: int = 500) -> dict:
     return {
+        CANDIDATES: [f"mirror {MIRROR}"],
+        **_free(free_gb),
         f"test -d {MIRROR}": [
             "@present",
             "1524 config.json",
@@ -348,6 +360,7 @@ def missing_model_source():
     return {
         **_bare_3090s(),
         **_ubuntu_2604(),
+        CANDIDATES: [],
         f"test -d {MIRROR}": ["@absent"],
         f"test -d {PLACED}": ["@absent"],
     }, {}
@@ -358,6 +371,7 @@ def not_a_checkpoint():
     return {
         **_bare_3090s(),
         **_ubuntu_2604(),
+        CANDIDATES: [f"mirror {MIRROR}"],
         f"test -d {MIRROR}": ["@present", "12 README.md"],
         f"test -d {PLACED}": ["@absent"],
     }, {}
@@ -373,8 +387,52 @@ def not_root():
     return {**_ubuntu_2604(uid=1000), **_mirror_present()}, {}
 
 
+def disk_too_small():
+    """The checkpoint (18.5 GB on the mirror) does not fit in 10 GB of free space."""
+    return {**_ubuntu_2604(), **_driver(), **_mirror_present(free_gb=10)}, {}
+
+
+def hub_only_unpinned():
+    """Only Hugging Face configured, but the LLM manifest is unpinned (no commit known here)."""
+    return {**_ubuntu_2604(), **_driver(), CANDIDATES: [], **_free()}, {
+        "model_sources": ["huggingface"]
+    }
+
+
+def fresh_rig_run():
+    """As fresh_rig, for a real run on @fake: once placed, the checkpoint's config.json reads
+    back (what the text-only edit needs at execution time)."""
+    responses, overrides = fresh_rig()
+    return {f"test -f {PLACED}/config.json": ['{"model_type": "qwen3_5"}'], **responses}, overrides
+
+
+def fetch_fails():
+    """The transfer fails on the host (e.g. a file does not verify): the run must fail there."""
+    responses, overrides = fresh_rig_run()
+    failure = {
+        "success": False,
+        "stderr": ["model_fetch: ERROR: config.json: sha256 0000, 1111 expected"],
+    }
+    return {re.compile(r"model_fetch\.py place"): failure, **responses}, overrides
+
+
+def _with_gpu_box(scenario):
+    """Scenarios about other components run on the rig's hardware: any NVIDIA answer a scenario
+    does not give comes from a bare box with two 3090s (appended, so the scenario's own win)."""
+
+    def build():
+        responses, overrides = scenario()
+        for key, value in _bare_3090s().items():
+            responses.setdefault(key, value)
+        return responses, overrides
+
+    build.__name__ = scenario.__name__
+    build.__doc__ = scenario.__doc__
+    return build
+
+
 SCENARIOS = {
-    f.__name__: f
+    f.__name__: _with_gpu_box(f)
     for f in (
         fresh_rig,
         fresh_rig_nvidia_repo,
@@ -398,5 +456,9 @@ SCENARIOS = {
         not_a_checkpoint,
         no_systemd,
         not_root,
+        disk_too_small,
+        hub_only_unpinned,
+        fresh_rig_run,
+        fetch_fails,
     )
 }

@@ -48,8 +48,16 @@ def test_seed_values(settings):
         ("model_store_dir", "relative/path", "absolute path"),
         ("model_store_dir", "/srv/../etc", "plain absolute path"),
         ("model_store_dir", "/", "other than /"),
-        ("model_revision", "../escape", "directory name"),
-        ("model_source", "huggingface", "must be one of"),
+        # --- Models (issue 5) ---
+        ("model_sources", ["local", "s3"], "distinct values of local, huggingface, modelscope"),
+        ("model_sources", [], "at least one"),
+        ("model_local_dirs", ["relative"], "absolute path"),
+        ("model_local_link", "symlink", "must be one of"),
+        ("hf_endpoint", "hf-mirror.com", "http(s) URL"),
+        ("hf_token_env", "HF TOKEN", "environment variable name"),
+        ("model_replace_mismatched", "yes", "True or False"),
+        ("model_backup_dir", "backup", "absolute path"),
+        ("model_llm_manifest", "no-such-model", "not found"),
         ("base_apt_packages", ["curl", "Bad Name"], "invalid Debian package names"),
         ("uv_version", "latest", "release number"),
         ("nvidia_gpu_count", 2.0, "must be an integer"),
@@ -91,9 +99,15 @@ def test_managed_flags_cannot_be_smuggled_in_extra_args(settings):
 
 
 def test_model_source_outside_store(settings):
-    settings["model_local_path"] = settings["model_store_dir"] + "/mirror"
+    settings["model_local_dirs"] = [settings["model_store_dir"] + "/mirror"]
     (problem,) = validate(settings)
-    assert problem.startswith("model_local_path: the source must not lie inside")
+    assert problem.startswith("model_local_dirs: /srv/rigup/models/mirror and model_store_dir")
+
+
+def test_model_backup_not_in_store(settings):
+    settings["model_backup_dir"] = "/srv"
+    (problem,) = validate(settings)
+    assert problem.startswith("model_backup_dir: /srv and model_store_dir must not contain")
 
 
 def test_require_valid_settings_lists_all_and_says_nothing_changed(settings):

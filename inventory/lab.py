@@ -7,6 +7,7 @@ checkpoint comes from a constructed Qwen3.6-shaped mirror the lab tooling pushes
 
 from lab.machine import LabConfig
 from lab.scenario import LAB_MODEL_MIRROR
+from lab.voxcpm_lab import LAB_PYTHON_VERSION, PYTHON_DOWNLOADS_JSON  # issue 4: VoxCPM2
 
 _cfg = LabConfig.from_env()
 
@@ -22,6 +23,12 @@ lab = [
             "ssh_strict_host_key_checking": "yes",
             "nvidia_gpu_count": 0,  # no GPU in the lab: services installed, not started
             "model_local_path": LAB_MODEL_MIRROR,  # constructed checkpoint pushed by the lab
+            # --- VoxCPM2 (issue 4), lab/voxcpm_lab.py: no GitHub, no Hugging Face here ---
+            # CPython 3.11.2 from Debian 12's packages, installed by the same `uv python install`
+            "voxcpm_python_version": LAB_PYTHON_VERSION,
+            "voxcpm_python_downloads_json": PYTHON_DOWNLOADS_JSON,
+            # no VoxCPM2 weights and no GPU: the service runs for real with the test double
+            "voxcpm_test_double_synthesizer": True,
         },
     )
 ]

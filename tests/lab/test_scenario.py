@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from lab import scenario
+from lab import scenario, voxcpm_lab
 from lab.machine import LabConfig, LabMachine
 
 pytestmark = [
@@ -51,6 +51,7 @@ def lab():
 @pytest.fixture(scope="module")
 def converged(lab):
     seeded = scenario.seed_mirror(lab)
+    voxcpm_lab.seed(lab)  # issue 4: VoxCPM2's CPython build and model stand-in
     result = scenario.converge()
     assert result.ok, f"converge failed (exit {result.rc}); its output is above"
     print(f"\nseed {seeded.seconds:.1f} s, fresh converge {result.seconds:.1f} s")

@@ -37,6 +37,7 @@ def _mirror_present() -> dict:
             "11422654 tokenizer.json",
         ],
         f"test -d {PLACED}": ["@absent"],
+        **_voxcpm_copy_present(),  # issue 4: the VoxCPM2 local copy
     }
 
 
@@ -98,6 +99,56 @@ def not_root():
     return {**_ubuntu_2604(uid=1000), **_mirror_present()}, {}
 
 
+# --- VoxCPM2 (issue 4) ---------------------------------------------------------------------------
+VOXCPM_COPY = "/srv/mirror/VoxCPM2"
+VOXCPM_PLACED = "/srv/rigup/models/voxcpm2/unverified-2026-11"
+
+
+def _voxcpm_copy_present() -> dict:
+    """The VoxCPM2 snapshot as `hf download openbmb/VoxCPM2` leaves it (file names from voxcpm
+    2.0.3's VoxCPM2Model.from_local; sizes illustrative), nothing placed yet, an x86_64 host."""
+    return {
+        f"test -d {VOXCPM_COPY}": [
+            "@present",
+            "1830 config.json",
+            "4548832 tokenizer.json",
+            "1163 tokenizer_config.json",
+            "412 special_tokens_map.json",
+            "220913592 audiovae.safetensors",
+            "4582418688 model.safetensors",
+        ],
+        f"test -d {VOXCPM_PLACED}": ["@absent"],
+        "uname -m": ["x86_64"],
+    }
+
+
+def voxcpm_python_out_of_range():
+    """voxcpm 2.0.3 does not support Python 3.13: refused before any change."""
+    return {**_ubuntu_2604(), **_driver(), **_mirror_present()}, {"voxcpm_python_version": "3.13.1"}
+
+
+def voxcpm_gpu_index_missing():
+    """VoxCPM2 on GPU 2 of a host that declares two."""
+    return {**_ubuntu_2604(), **_driver(), **_mirror_present()}, {"voxcpm_gpu_index": 2}
+
+
+def voxcpm_no_model_copy():
+    """The LLM mirror is there, the VoxCPM2 copy is not, nothing placed."""
+    return {
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+        f"test -d {VOXCPM_COPY}": ["@absent"],
+    }, {}
+
+
+def voxcpm_firewalled():
+    """A rig behind a firewall: CPython from a python-build-standalone mirror on a NAS."""
+    return {**_ubuntu_2604(), **_driver(), **_mirror_present()}, {
+        "voxcpm_python_install_mirror": "file:///mnt/nas/python-build-standalone"
+    }
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
@@ -110,5 +161,9 @@ SCENARIOS = {
         not_a_checkpoint,
         no_systemd,
         not_root,
+        voxcpm_python_out_of_range,
+        voxcpm_gpu_index_missing,
+        voxcpm_no_model_copy,
+        voxcpm_firewalled,
     )
 }

@@ -79,9 +79,7 @@ def test_venv_runs_on_the_pinned_cpython_in_voxcpm_range(host, data, vp):
 
 
 def test_voxcpm_version(host, data, vp):
-    out = host.run(
-        f"{vp.python} -c 'import importlib.metadata as m; print(m.version(\"voxcpm\"))'"
-    )
+    out = host.run(f"{vp.python} -c 'import importlib.metadata as m; print(m.version(\"voxcpm\"))'")
     assert out.rc == 0, f"no voxcpm in {vp.venv}: {out.stderr.strip()[-400:]}"
     assert out.stdout.strip() == data.get("voxcpm_version"), (
         f"voxcpm {out.stdout.strip()} installed in {vp.venv}, {data.get('voxcpm_version')} "

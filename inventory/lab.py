@@ -29,6 +29,8 @@ lab = [
             "voxcpm_python_downloads_json": PYTHON_DOWNLOADS_JSON,
             # no VoxCPM2 weights and no GPU: the service runs for real with the test double
             "voxcpm_test_double_synthesizer": True,
+            # labs share this machine's network: each lab's service gets a port of its own
+            "voxcpm_port": _cfg.ssh_port + 10000,
         },
     )
 ]

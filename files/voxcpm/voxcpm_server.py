@@ -7,7 +7,8 @@ local model directory (rigup places it; the unit sets HF_HUB_OFFLINE=1, nothing 
     POST /v1/audio/speech   {"input": "...", "voice": "default", "response_format": "wav"}
                             -> 200 audio/wav (mono, 16-bit PCM, the model's sample rate: 48 kHz)
     GET  /health            liveness: 200 while the process serves HTTP
-    GET  /ready             readiness: 200 once the synthesizer is loaded, 503 before (or failed)
+    GET  /ready             readiness: 200 once the synthesizer is loaded, 503 before (or failed);
+                            its "pid" lets systemd tell this server from another on the port
     GET  /v1/models         the served model name (OpenAI list shape)
     GET  /v1/audio/voices   voice names: "default" plus <voices-dir>/<name>.wav
 
@@ -45,6 +46,7 @@ import io
 import json
 import logging
 import math
+import os
 import re
 import sys
 import threading
@@ -306,6 +308,7 @@ def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_backgrou
             "sample_rate": synthesizer.sample_rate if state.status == "ready" else None,
             "load_seconds": state.load_seconds,
             "error": state.error,
+            "pid": os.getpid(),  # the unit's readiness check matches it against $MAINPID
         }
 
     @app.get("/health")

@@ -103,6 +103,22 @@ def test_pinned_vllm_facts_hold_in_the_deployed_venv(converged):
     assert "skipped" not in out.splitlines()[-1], out[-3000:]
 
 
+def test_voxcpm_real_synthesizer_in_the_deployed_venv(converged):
+    """issue 4: tests/voxcpm on the lab's own voxcpm venv: rigup's server with its real
+    synthesizer runs voxcpm 2.0.3 (load, generate, voice cloning, 48 kHz decode) on a tiny VoxCPM2
+    built by voxcpm's own classes, on the CPU."""
+    proc = subprocess.run(
+        [str(scenario.BIN / "pytest"), "tests/voxcpm", "-q", "-p", "no:cacheprovider", "-rs"],
+        cwd=scenario.REPO,
+        env={**os.environ, "RIGUP_VOXCPM_ON_LAB": "1"},
+        capture_output=True,
+        text=True,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-15000:]
+    assert "skipped" not in out.splitlines()[-1], out[-3000:]
+
+
 def test_bad_settings_are_refused_before_any_change(converged):
     before = converged.ssh("stat -c %Y /etc/rigup/vllm/serve-args.json").stdout
     proc = pyinfra(
@@ -133,6 +149,12 @@ BREAKS = {
         "systemctl daemon-reload",
         "test_unit_runs_the_rendered_command",
         "vllm.service does not pass --language-model-only",
+    ),
+    # --- VoxCPM2 (issue 4) ---
+    "voxcpm env file world-readable": (
+        "chmod 644 /etc/rigup/voxcpm/voxcpm.env",
+        "test_env_file_private_offline_and_complete",
+        "expected root:voxcpm 0640",
     ),
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import os
 import subprocess
 import sys
 import wave
@@ -180,7 +181,7 @@ def test_readiness_before_and_after_the_load(model_dir):
         app.state.load()
         after = c.get("/ready")
         assert after.status_code == 200
-        assert after.json() | {"load_seconds": None} == {
+        assert after.json() | {"load_seconds": None, "pid": None} == {
             "status": "ready",
             "synthesizer": "test-double",
             "model": "voxcpm2",
@@ -188,7 +189,9 @@ def test_readiness_before_and_after_the_load(model_dir):
             "sample_rate": 48000,
             "load_seconds": None,
             "error": None,
+            "pid": None,
         }
+        assert after.json()["pid"] == os.getpid()
         assert c.post("/v1/audio/speech", json={"input": "now"}).status_code == 200
 
 

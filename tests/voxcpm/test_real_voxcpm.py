@@ -30,7 +30,19 @@ ON_LAB = os.environ.get("RIGUP_VOXCPM_ON_LAB") == "1"
 #: the venv and server rigup deploys (roles/voxcpm/service.py, default settings)
 LAB_PYTHON = "/opt/rigup/voxcpm/venv/bin/python"
 PYTHON = LAB_PYTHON if ON_LAB else os.environ.get("RIGUP_VOXCPM_PYTHON", "")
-PORT = 18100  # not the service's port: the deployed service may be running beside this test
+
+
+def _port() -> int:
+    """Not the service's port (it may run beside this test); labs share this machine's network,
+    so on a lab the port follows its SSH port, as inventory/lab.py does for the service."""
+    if ON_LAB:
+        from lab.machine import LabConfig
+
+        return LabConfig.from_env().ssh_port + 20000
+    return 18100
+
+
+PORT = _port()
 WORK = "/var/tmp/rigup-real-voxcpm"
 
 pytestmark = pytest.mark.skipif(

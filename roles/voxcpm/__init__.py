@@ -16,13 +16,14 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
-from pyinfra.facts.server import Arch, Which
-from pyinfra.operations import files, server, systemd
+from pyinfra.facts.server import Arch
+from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
 from roles.common.facts import DirectoryInventory
 from roles.common.operations import uv_venv_synced
 from roles.common.paths import Paths
+from roles.common.service import has_nvidia_driver, service_account, unit_state
 from roles.common.settings import require_valid_settings
 from roles.voxcpm.python import PythonVersion, managed_python_installed
 from roles.voxcpm.service import (
@@ -99,18 +100,8 @@ def voxcpm() -> None:
     user = data.voxcpm_user
     version = data.voxcpm_python_version
 
-    server.user(
-        name=f"Service user {user}",
-        user=user,
-        system=True,
-        home=p.home,
-        shell="/usr/sbin/nologin",
-        groups=["video"],
-        comment="rigup VoxCPM2 service",
-    )
+    service_account(user, p.home, "rigup VoxCPM2 service")
     for path, owner, mode in (
-        (p.home, user, "750"),
-        (f"{p.home}/tmp", user, "700"),
         (f"{p.home}/cache", user, "700"),
         (p.voices, "root", "750"),  # reference recordings <voice>.wav: the user's, never removed
     ):
@@ -197,34 +188,15 @@ def voxcpm() -> None:
     )
     systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
 
-    has_driver = (
-        bool(host.get_fact(Which, command="nvidia-smi")) if data.nvidia_gpu_count else False
-    )
-    why_not = start_decision(data, has_driver)
-    if why_not is None:
-        if data.voxcpm_test_double_synthesizer:
-            logger.warning(
-                f"[{host.name}] VoxCPM2: voxcpm_test_double_synthesizer is on: {UNIT} serves a "
-                "TEST DOUBLE tone, not VoxCPM2 speech (tests only)."
-            )
-        systemd.service(
-            name=f"{UNIT} enabled and running", service=UNIT, running=True, enabled=True
-        )
-        systemd.service(
-            name=f"Restart {UNIT} (its inputs changed)",
-            service=UNIT,
-            running=True,
-            restarted=True,
-            _if=any_changed(unit, env_file, venv, lock, server_file, python),
-        )
-    else:
+    blocker = start_decision(data, has_nvidia_driver(data.nvidia_gpu_count))
+    if blocker is None and data.voxcpm_test_double_synthesizer:
         logger.warning(
-            f"[{host.name}] VoxCPM2: {why_not}: {UNIT} is installed but not started "
-            "(kept stopped and disabled)."
+            f"[{host.name}] VoxCPM2: voxcpm_test_double_synthesizer is on: {UNIT} serves a "
+            "TEST DOUBLE tone, not VoxCPM2 speech (tests only)."
         )
-        systemd.service(
-            name=f"{UNIT} installed, not started (no GPUs or no driver)",
-            service=UNIT,
-            running=False,
-            enabled=False,
-        )
+    unit_state(
+        UNIT,
+        "VoxCPM2",
+        blocker,
+        any_changed(unit, env_file, venv, lock, server_file, python),
+    )

@@ -13,7 +13,6 @@ import shlex
 
 import pytest
 
-from roles.common.facts import uv_env
 from roles.voxcpm.service import (
     MEDIA_TARGET,
     UNIT,
@@ -22,6 +21,12 @@ from roles.voxcpm.service import (
     server_args,
     service_env,
     start_decision,
+)
+from tests.infra.checks import (
+    check_service_user,
+    check_unit_properties,
+    check_venv_matches_lock,
+    env_file_values,
 )
 
 
@@ -56,11 +61,7 @@ def _speech(host, data, body: dict, out: str = "/tmp/rigup-voxcpm.wav"):
 
 
 def test_service_user(host, data, vp):
-    user = host.user(data.get("voxcpm_user"))
-    assert user.exists, f"service user {data.get('voxcpm_user')} is missing: run deploys/voxcpm.py"
-    assert user.uid != 0 and user.uid < 1000, f"{user.name} is not a system user (uid {user.uid})"
-    assert user.shell in ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false"), user.shell
-    assert user.home == vp.home, f"{user.name}'s home is {user.home}, not {vp.home}"
+    check_service_user(host, data.get("voxcpm_user"), vp.home, "deploys/voxcpm.py")
 
 
 def test_venv_runs_on_the_pinned_cpython_in_voxcpm_range(host, data, vp):
@@ -88,14 +89,7 @@ def test_voxcpm_version(host, data, vp):
 
 
 def test_venv_matches_lock(host, paths, vp):
-    out = host.run(
-        f"{uv_env(paths.uv_cache, paths.tmp)} {paths.uv} pip sync --dry-run "
-        f"--require-hashes --python {vp.python} {vp.lock}"
-    )
-    drift = [
-        line for line in (out.stdout + out.stderr).splitlines() if line.startswith((" + ", " - "))
-    ]
-    assert out.rc == 0 and not drift, f"venv differs from the lock: {drift or out.stderr}"
+    check_venv_matches_lock(host, paths, vp.python, vp.lock)
 
 
 def test_voxcpm_api_the_server_calls_exists(host, vp):
@@ -173,22 +167,14 @@ def test_unit_is_hardened(host):
         "RestrictSUIDSGID": "yes",
         "Restart": "on-failure",
     }
-    out = host.run(f"systemctl show {UNIT} " + " ".join(f"-p {k}" for k in want))
-    got = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
-    weaker = {k: got.get(k) for k, v in want.items() if got.get(k) != v}
-    assert not weaker, f"{UNIT} hardening differs from rigup's unit: {weaker}"
+    check_unit_properties(host, UNIT, want, "deploys/voxcpm.py")
 
 
 def test_env_file_private_offline_and_complete(host, data, vp):
-    f = host.file(vp.env_file)
-    assert f.exists, f"{vp.env_file} is missing: re-run deploys/voxcpm.py"
-    assert (f.user, f.group, f.mode) == ("root", data.get("voxcpm_user"), 0o640), (
-        f"{f.path}: {f.user}:{f.group} {oct(f.mode)}, expected root:{data.get('voxcpm_user')} 0640"
+    lines = env_file_values(host, vp.env_file, data.get("voxcpm_user"), "deploys/voxcpm.py")
+    assert lines == service_env(data, vp), (
+        f"{vp.env_file} differs from the settings: re-run deploys/voxcpm.py"
     )
-    lines = dict(
-        x.split("=", 1) for x in f.content_string.splitlines() if x and not x.startswith("#")
-    )
-    assert lines == service_env(data, vp), f"{f.path} differs from the settings: re-run the deploy"
     assert lines["HF_HUB_OFFLINE"] == "1", "the service must load the model offline"
 
 

@@ -154,7 +154,7 @@ BREAKS = {
     "voxcpm env file world-readable": (
         "chmod 644 /etc/rigup/voxcpm/voxcpm.env",
         "test_env_file_private_offline_and_complete",
-        "expected root:voxcpm 0640",
+        "voxcpm.env has mode 0o644: it must not be world-readable",
     ),
 }
 

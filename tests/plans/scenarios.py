@@ -142,6 +142,22 @@ def voxcpm_no_model_copy():
     }, {}
 
 
+def voxcpm_venv_on_old_python():
+    """A converged rig whose VoxCPM2 venv was built on CPython 3.11.9 before the setting moved to
+    3.12.16: the venv is rebuilt on the new interpreter."""
+    return {
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+        # PythonVersion of the venv's interpreter, and the venv directory (stat, as on Ubuntu)
+        "/opt/rigup/voxcpm/venv/bin/python -c 'import platform": ["3.11.9"],
+        "test -e /opt/rigup/voxcpm/venv ||": [
+            "user=root group=root mode=drwxr-xr-x atime=1764486000 mtime=1764486000 "
+            "ctime=1764486000 size=4096 '/opt/rigup/voxcpm/venv'"
+        ],
+    }, {}
+
+
 def voxcpm_firewalled():
     """A rig behind a firewall: CPython from a python-build-standalone mirror on a NAS."""
     return {**_ubuntu_2604(), **_driver(), **_mirror_present()}, {
@@ -165,5 +181,6 @@ SCENARIOS = {
         voxcpm_gpu_index_missing,
         voxcpm_no_model_copy,
         voxcpm_firewalled,
+        voxcpm_venv_on_old_python,
     )
 }

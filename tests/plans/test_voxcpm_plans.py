@@ -67,3 +67,14 @@ def test_voxcpm_refused_before_any_change(scenario, message):
     assert message in out, out
     assert "nothing was changed" in out
     assert "Beginning operation run" not in out, "operations ran before the error"
+
+
+def test_venv_built_on_another_python_is_rebuilt():
+    rc, parsed, err = plan("voxcpm_venv_on_old_python", "deploys/voxcpm.py")
+    assert rc == 0, err
+    names = changes(parsed)
+    remove = "VoxCPM2 | Remove the venv built on Python 3.11.9 (now 3.12.16)"
+    assert remove in names
+    assert names.index(remove) < names.index(
+        "VoxCPM2 | voxcpm 2.0.3 venv (uv, locked, Python 3.12.16)"
+    )

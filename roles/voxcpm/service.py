@@ -98,7 +98,9 @@ def server_args(data: Any, p: VoxcpmPaths) -> list[str]:
         "--port", str(data.get("voxcpm_port")),
         "--served-model-name", str(data.get("voxcpm_served_model_name")),
         "--voices-dir", p.voices,
-        "--device", "cuda",  # CUDA_VISIBLE_DEVICES (service_env) narrows it to voxcpm_gpu_index
+        # exactly "cuda": voxcpm 2.0.3 torch.compiles only then (VoxCPM2Model.optimize checks
+        # device != "cuda"), so the GPU is chosen by CUDA_VISIBLE_DEVICES, not "cuda:N"
+        "--device", "cuda",
         "--cfg-value", str(data.get("voxcpm_cfg_value")),
         "--inference-timesteps", str(data.get("voxcpm_inference_timesteps")),
     ]  # fmt: skip

@@ -106,7 +106,9 @@ def _wav_info(target: Target, path: str) -> dict:
 
 @pytest.fixture(scope="module")
 def server():
-    """Tiny VoxCPM2 built, rigup's server started on it with --synthesizer voxcpm on the CPU."""
+    """Tiny VoxCPM2 built, rigup's server started on it with --synthesizer voxcpm on the CPU,
+    otherwise with the service's defaults (optimize on: voxcpm skips torch.compile off CUDA but
+    still runs its warm-up generation while loading)."""
     target = Target()
     target.run(f"rm -rf {WORK} && mkdir -p {WORK}/voices")
     target.put(BUILDER, f"{WORK}/tiny_voxcpm2.py")
@@ -127,7 +129,7 @@ def server():
         target.run(  # detached (setsid, no stdin) so that ssh returns at once
             f"cd {WORK} || exit 1; HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 setsid {PYTHON} "
             f"voxcpm_server.py --model-dir {WORK}/model --port {PORT} --voices-dir "
-            f"{WORK}/voices --device cpu --no-optimize --synthesizer voxcpm "
+            f"{WORK}/voices --device cpu --synthesizer voxcpm "
             f"< /dev/null > {WORK}/server.log 2>&1 & echo $! > {WORK}/pid",
             timeout=30,
         )

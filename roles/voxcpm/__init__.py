@@ -32,6 +32,7 @@ from roles.voxcpm.service import (
     UNIT,
     VoxcpmPaths,
     exec_start,
+    is_loopback,
     manifest_identity,
     probe_url,
     server_args,
@@ -185,6 +186,7 @@ def voxcpm() -> None:
         ready_url=probe_url(data, "/ready"),
         start_timeout_s=data.voxcpm_start_timeout_s,
         media_target=MEDIA_TARGET,
+        loopback_only=is_loopback(data.voxcpm_host),
     )
     systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
 

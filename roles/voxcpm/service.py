@@ -137,6 +137,18 @@ def service_env(data: Any, p: VoxcpmPaths) -> dict[str, str]:
     }
 
 
+def is_loopback(address: str) -> bool:
+    """True for an address only this host reaches (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a host name: may resolve anywhere
+        return False
+
+
 def probe_url(data: Any, path: str = "/ready") -> str:
     """URL of the server's ``path`` as seen from the host itself."""
     bind = str(data.get("voxcpm_host"))

@@ -17,6 +17,7 @@ from roles.voxcpm.service import (
     MEDIA_TARGET,
     UNIT,
     VoxcpmPaths,
+    is_loopback,
     probe_url,
     server_args,
     service_env,
@@ -156,8 +157,12 @@ def test_unit_file_verifies(host):
 
 
 @pytest.mark.unit(UNIT)
-def test_unit_is_hardened(host):
+def test_unit_is_hardened(host, data):
+    loopback = {"IPAddressDeny": "0.0.0.0/0 ::/0", "IPAddressAllow": "::1/128 127.0.0.0/8"}
     want = {
+        **(loopback if is_loopback(data.get("voxcpm_host")) else {}),
+        "RemoveIPC": "yes",
+        "UMask": "0077",
         "NoNewPrivileges": "yes",
         "ProtectSystem": "strict",
         "ProtectHome": "yes",

@@ -16,6 +16,7 @@ from roles.voxcpm.service import (
     MANIFESTS,
     VoxcpmPaths,
     exec_start,
+    is_loopback,
     manifest_identity,
     probe_url,
     server_args,
@@ -138,3 +139,12 @@ def test_lab_python_mirror_script_is_valid_shell():
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     assert f"test -f {PYTHON_DOWNLOADS_JSON} && exit 0" in script
     assert "bookworm main" in script and LAB_PYTHON_VERSION in script
+
+
+@pytest.mark.parametrize(
+    "address,loopback",
+    [("127.0.0.1", True), ("127.0.1.1", True), ("::1", True), ("localhost", True),
+     ("0.0.0.0", False), ("::", False), ("192.168.1.20", False), ("rig.local", False)],
+)  # fmt: skip
+def test_is_loopback(address, loopback):
+    assert is_loopback(address) is loopback

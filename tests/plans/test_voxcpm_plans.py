@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.plans.test_plans import changes, conditional, plan, run_pyinfra
+from tests.plans.test_plans import assert_refused_before_any_change, changes, conditional, plan
 
 CPYTHON = "VoxCPM2 | CPython 3.12.16 (uv managed Python) for VoxCPM2"
-
-
-@pytest.fixture(scope="module")
-def fresh_rig():
-    rc, parsed, err = plan("fresh_rig")
-    assert rc == 0, err
-    return parsed
 
 
 def test_fresh_rig_plans_voxcpm_after_vllm_in_order(fresh_rig):
@@ -61,12 +54,7 @@ def test_host_without_gpus_installs_voxcpm_but_does_not_start_it():
     ],
 )
 def test_voxcpm_refused_before_any_change(scenario, message):
-    proc = run_pyinfra(scenario, "-y", "deploys/full.py")
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, out
-    assert message in out, out
-    assert "nothing was changed" in out
-    assert "Beginning operation run" not in out, "operations ran before the error"
+    assert_refused_before_any_change(scenario, message)
 
 
 def test_venv_built_on_another_python_is_rebuilt():

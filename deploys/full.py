@@ -7,8 +7,10 @@ from roles.base import base
 from roles.model import model
 from roles.nvidia import nvidia
 from roles.vllm import vllm
+from roles.voxcpm import voxcpm  # issue 4: VoxCPM2
 
 base()  # apt baseline, directories, pinned uv
 nvidia()  # driver + CUDA toolkit, persistence + power limit at boot, NVLink verified
 model()  # the LLM checkpoint, placed and patched for text-only serving
 vllm()  # vLLM 0.22.1 venv, flags checked by vLLM's parser, systemd service
+voxcpm()  # issue 4: VoxCPM2 text-to-speech: CPython 3.12 (uv), locked venv, HTTP server, unit

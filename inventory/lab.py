@@ -6,6 +6,7 @@ checkpoint comes from a constructed Qwen3.6-shaped mirror the lab tooling pushes
 """
 
 from lab.machine import LabConfig
+from lab.voxcpm_lab import LAB_PYTHON_VERSION, PYTHON_DOWNLOADS_JSON  # issue 4: VoxCPM2
 
 _cfg = LabConfig.from_env()
 
@@ -20,6 +21,14 @@ lab = [
             "ssh_known_hosts_file": str(_cfg.known_hosts),
             "ssh_strict_host_key_checking": "yes",
             "nvidia_gpu_count": 0,  # no GPU in the lab: services installed, not started
+            # --- VoxCPM2 (issue 4), lab/voxcpm_lab.py: no GitHub, no Hugging Face here ---
+            # CPython 3.11.2 from Debian 12's packages, installed by the same `uv python install`
+            "voxcpm_python_version": LAB_PYTHON_VERSION,
+            "voxcpm_python_downloads_json": PYTHON_DOWNLOADS_JSON,
+            # no VoxCPM2 weights and no GPU: the service runs for real with the test double
+            "voxcpm_test_double_synthesizer": True,
+            # labs share this machine's network: each lab's service gets a port of its own
+            "voxcpm_port": _cfg.ssh_port + 10000,
         },
     )
 ]

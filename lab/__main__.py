@@ -54,6 +54,9 @@ def converge(machine: LabMachine) -> int:
     machine.up()
     up = scenario.StepResult("create/up", 0, time.monotonic() - started)
     steps = [up, scenario.seed_mirror(machine)]
+    from lab import voxcpm_lab  # issue 4: VoxCPM2's CPython build and model stand-in
+
+    steps.append(voxcpm_lab.seed(machine))
     steps.append(scenario.converge())
     if steps[-1].ok:
         steps.append(scenario.idempotence())

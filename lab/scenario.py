@@ -180,6 +180,8 @@ def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
             line += f"  testinfra: {s.detail.get('summary', '')}"
         if s.name == "seed mirror":
             line += f"  constructed checkpoint, {s.detail['bytes'] / 1e6:.1f} MB"
+        if s.name == "seed voxcpm":  # issue 4 (lab/voxcpm_lab.py)
+            line += f"  CPython 3.11 archive from Debian 12, {s.detail['bytes'] / 1e6:.1f} MB"
         out.append(line)
     out.extend(model_transfer_lines(machine))  # --- Models (issue 5) ---
     cfg = machine.cfg
@@ -191,5 +193,9 @@ def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
         out.append(
             "not started here: vllm.service (the lab declares no NVIDIA GPUs; installed, checked "
             "by vLLM's own parser and config code, kept stopped)"
+        )
+        out.append(  # issue 4
+            "test double: voxcpm.service runs rigup's speech server with a tone in place of "
+            "VoxCPM2 (no weights, no GPU here; voxcpm_test_double_synthesizer)"
         )
     return "\n".join(out)

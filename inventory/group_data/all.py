@@ -116,3 +116,32 @@ modelscope_token_env = "MODELSCOPE_API_TOKEN"  # as hf_token_env, for ModelScope
 model_replace_mismatched = False  # True: replace placed files that do not match (old ones kept)
 model_backup_dir = ""  # deploys/model_backup.py copies the store here (a backup disk, a NAS)
 model_tool_python = "python3"  # interpreter of the model tool venv (huggingface_hub >= 3.9)
+
+# --- VoxCPM2 text-to-speech (issue 4) -----------------------------------------------------------
+# voxcpm 2.0.3 supports Python 3.10-3.12 (its README: "Python >= 3.10 (<3.13)"); Ubuntu 26.04's
+# python3 is 3.14. rigup installs CPython with uv's managed Python (python-build-standalone
+# builds; uv 0.13.9 pins each version's build and sha256) into <rigup_prefix>/python. docs/voxcpm.md
+voxcpm_python_version = "3.12.16"  # uv 0.13.9: cpython-3.12.16+20261110; must be 3.10.x-3.12.x
+# Where uv fetches that CPython from. "" = uv's default (GitHub releases of python-build-standalone).
+# Behind a firewall: a URL or file:// directory laid out like those releases (UV_PYTHON_INSTALL_MIRROR)
+voxcpm_python_install_mirror = ""
+# A JSON list of CPython builds of your own (UV_PYTHON_DOWNLOADS_JSON_URL; path or URL on the
+# target), used instead of uv's built-in list; "" = uv's list. The lab uses one (inventory/lab.py).
+voxcpm_python_downloads_json = ""
+voxcpm_version = "2.0.3"  # issue 4; files/voxcpm/requirements.lock pins it and every dependency
+voxcpm_user = "voxcpm"  # non-root service user
+voxcpm_host = "127.0.0.1"  # loopback by default: put a reverse proxy or SSH tunnel in front
+voxcpm_port = 8100  # rigup's choice (vLLM has 8000, ComfyUI 8188)
+voxcpm_served_model_name = "voxcpm2"  # the "model" clients send to /v1/audio/speech
+voxcpm_model_manifest = "voxcpm2"  # files/model/manifests/voxcpm2.toml (model placement, issue 5)
+voxcpm_gpu_index = 1  # CUDA device the service sees (CUDA_VISIBLE_DEVICES); ComfyUI gets GPU 0
+# GiB of VRAM the service takes on its GPU: voxcpm 2.0.3 README "VRAM ~8 GB" for VoxCPM2 (RTX
+# 4090; 8 GB = 7.45 GiB) plus ~0.5 GiB CUDA context, rounded up. Read by the mode VRAM budget.
+voxcpm_vram_gib = 8.0
+voxcpm_cfg_value = 2.0  # voxcpm 2.0.3 default (VoxCPM.generate cfg_value)
+voxcpm_inference_timesteps = 10  # voxcpm 2.0.3 default (VoxCPM.generate inference_timesteps)
+voxcpm_torch_compile = True  # voxcpm's optimize=True: torch.compile at load (slower start)
+voxcpm_start_timeout_s = 900  # model load + torch.compile warm-up
+# TESTS ONLY: serve a tone from rigup's test double instead of VoxCPM2 (for hosts without the
+# model or a GPU, such as the lab). Reported by /ready, every response and testinfra. Keep False.
+voxcpm_test_double_synthesizer = False

@@ -144,6 +144,22 @@ def _host_address(value: Any) -> str | None:
     return None
 
 
+def _location_or_empty(value: Any, *, paths: bool) -> str | None:
+    """ "" (unset), an http(s):// or file:// URL, or (``paths``) an absolute path."""
+    if value == "":
+        return None
+    if isinstance(value, str) and re.match(r"^(https?|file)://[^\s'\"]+$", value):
+        return None
+    if paths and isinstance(value, str) and value.startswith("/"):
+        return _abs_path(value)
+    what = (
+        "an http(s):// or file:// URL, an absolute path"
+        if paths
+        else "an http(s):// or file:// URL"
+    )
+    return f'must be "" or {what}, got {value!r}'
+
+
 def _str_list(value: Any) -> str | None:
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         return f"must be a list of strings, got {value!r}"
@@ -218,10 +234,6 @@ def _url_or_empty(value: Any) -> str | None:
     ):
         return f"must be empty or an http(s) URL such as https://hf-mirror.com, got {value!r}"
     return None
-
-
-def _boolean(value: Any) -> str | None:
-    return None if isinstance(value, bool) else f"must be True or False, got {value!r}"
 
 
 def _manifest_ref(value: Any) -> str | None:
@@ -299,6 +311,28 @@ RULES: dict[str, Check] = {
     "nvlink_link_gbps": _number(0.0, 1000.0, lo_open=True),
     "nvidia_reboot_allowed": _boolean,
     "nvidia_reboot_timeout_s": _integer(60, 7200),
+    # --- VoxCPM2 (issue 4) ---
+    "voxcpm_python_version": _matches(
+        re.compile(r"^3\.(10|11|12)\.\d+$"),
+        "an exact CPython 3.10.x-3.12.x release such as 3.12.16 (voxcpm 2.0.3 supports 3.10-3.12)",
+    ),
+    "voxcpm_python_install_mirror": lambda v: _location_or_empty(v, paths=False),
+    "voxcpm_python_downloads_json": lambda v: _location_or_empty(v, paths=True),
+    "voxcpm_version": _matches(_VERSION, "a release number such as 2.0.3"),
+    "voxcpm_user": _matches(_UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
+    "voxcpm_host": _host_address,
+    "voxcpm_port": _integer(1, 65535),
+    "voxcpm_served_model_name": _matches(_SAFE_NAME, "a name of letters, digits, '.', '_' and '-'"),
+    "voxcpm_model_manifest": _matches(
+        _SAFE_NAME, "a manifest name (files/model/manifests/<name>.toml)"
+    ),
+    "voxcpm_gpu_index": _integer(0, 15),
+    "voxcpm_vram_gib": _number(0.0, 1024.0, lo_open=True),
+    "voxcpm_cfg_value": _number(0.0, 20.0, lo_open=True),
+    "voxcpm_inference_timesteps": _integer(1, 1000),
+    "voxcpm_torch_compile": _boolean,
+    "voxcpm_start_timeout_s": _integer(30, 24 * 3600),
+    "voxcpm_test_double_synthesizer": _boolean,
 }
 
 
@@ -348,6 +382,22 @@ def _consistency(data: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _voxcpm_consistency(data: Mapping[str, Any]) -> list[str]:
+    """VoxCPM2 (issue 4): rules relating its settings to the rest."""
+    problems = []
+    gpus, index = data["nvidia_gpu_count"], data["voxcpm_gpu_index"]
+    if gpus > 0 and index >= gpus:
+        problems.append(
+            f"voxcpm_gpu_index: GPU {index} does not exist on a host that declares {gpus} GPU(s) "
+            f"(nvidia_gpu_count); use 0..{gpus - 1}"
+        )
+    if data["voxcpm_port"] == data["vllm_port"]:
+        problems.append(
+            f"voxcpm_port: {data['voxcpm_port']} is vllm_port too; give each service its own port"
+        )
+    return problems
+
+
 def validate(data: Mapping[str, Any] | Any) -> list[str]:
     """Return every problem with the settings, one ``"key: reason"`` string each ([] when valid).
 
@@ -369,6 +419,7 @@ def validate(data: Mapping[str, Any] | Any) -> list[str]:
             values[key] = value
     if not problems:
         problems.extend(_consistency(values))
+        problems.extend(_voxcpm_consistency(values))
     return problems
 
 

@@ -14,15 +14,16 @@ import shlex
 from io import StringIO
 from pathlib import Path
 
-from pyinfra import host, logger
+from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import files, server, systemd
+from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
 from roles.common.operations import check_passes, fingerprint, uv_venv_synced
 from roles.common.paths import Paths
+from roles.common.service import gpu_start_blocker, has_nvidia_driver, service_account, unit_state
 from roles.common.settings import require_valid_settings
-from roles.nvidia import NvidiaPaths, cuda_env, driver_usable
+from roles.nvidia import NvidiaPaths, cuda_env
 from roles.vllm.flags import exec_start, serve_args, service_env
 
 FILES = Path(__file__).resolve().parents[2] / "files"
@@ -56,25 +57,7 @@ def vllm() -> None:
     user = data.vllm_user
     gpus = data.nvidia_gpu_count
 
-    server.user(
-        name=f"Service user {user}",
-        user=user,
-        system=True,
-        home=p.vllm_home,
-        shell="/usr/sbin/nologin",
-        groups=["video"],
-        comment="rigup vLLM service",
-    )
-    files.directory(
-        name=f"Directory {p.vllm_home}", path=p.vllm_home, user=user, group=user, mode="750"
-    )
-    files.directory(
-        name=f"Directory {p.vllm_home}/tmp",
-        path=f"{p.vllm_home}/tmp",
-        user=user,
-        group=user,
-        mode="700",
-    )
+    service_account(user, p.vllm_home, "rigup vLLM service")
     for path in (p.vllm_root, p.vllm_scripts, p.vllm_etc):
         files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
 
@@ -188,30 +171,10 @@ def vllm() -> None:
     )
     systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
 
-    if driver_usable(gpus):
-        systemd.service(
-            name=f"{UNIT} enabled and running", service=UNIT, running=True, enabled=True
-        )
-        systemd.service(
-            name=f"Restart {UNIT} (its inputs changed)",
-            service=UNIT,
-            running=True,
-            restarted=True,
-            _if=any_changed(unit, env_file, argv, venv, lock),
-        )
-    else:
-        why = (
-            "this host declares no NVIDIA GPUs (nvidia_gpu_count = 0)"
-            if gpus == 0
-            else f"it declares {gpus} GPU(s) but has no NVIDIA driver (no nvidia-smi on PATH)"
-        )
-        logger.warning(
-            f"[{host.name}] vLLM: {why}: {UNIT} is installed and checked but not started "
-            "(kept stopped and disabled)."
-        )
-        systemd.service(
-            name=f"{UNIT} installed, not started (no GPUs or no driver)",
-            service=UNIT,
-            running=False,
-            enabled=False,
-        )
+    unit_state(
+        UNIT,
+        "vLLM",
+        gpu_start_blocker(gpus, has_nvidia_driver(gpus)),
+        any_changed(unit, env_file, argv, venv, lock),
+        installed="installed and checked",
+    )

@@ -5,11 +5,16 @@ import shlex
 
 import pytest
 
-from roles.common.facts import uv_env
 from roles.common.settings import VLLM_KV_CACHE_DTYPES
 from roles.nvidia import NvidiaPaths, cuda_env
 from roles.vllm import health_url
 from roles.vllm.flags import serve_args, service_env
+from tests.infra.checks import (
+    check_service_user,
+    check_unit_properties,
+    check_venv_matches_lock,
+    env_file_values,
+)
 
 UNIT = "vllm.service"
 
@@ -19,15 +24,7 @@ def _python(paths):
 
 
 def test_service_user(host, data, paths):
-    user = host.user(data.get("vllm_user"))
-    assert user.exists, f"service user {data.get('vllm_user')} is missing: run deploys/vllm.py"
-    assert user.uid != 0 and user.uid < 1000, f"{user.name} is not a system user (uid {user.uid})"
-    assert user.shell in ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false"), user.shell
-    assert user.home == paths.vllm_home, f"{user.name}'s home is {user.home}, not {paths.vllm_home}"
-    home = host.file(paths.vllm_home)
-    assert home.is_directory and home.user == user.name and home.mode == 0o750, (
-        f"{paths.vllm_home} must be a 0750 directory owned by {user.name}: re-run deploys/vllm.py"
-    )
+    check_service_user(host, data.get("vllm_user"), paths.vllm_home, "deploys/vllm.py")
 
 
 def test_vllm_version(host, data, paths):
@@ -42,14 +39,7 @@ def test_vllm_version(host, data, paths):
 
 
 def test_venv_matches_lock(host, paths):
-    out = host.run(
-        f"{uv_env(paths.uv_cache, paths.tmp)} {paths.uv} pip sync --dry-run "
-        f"--require-hashes --python {_python(paths)} {paths.vllm_lock}"
-    )
-    drift = [
-        line for line in (out.stdout + out.stderr).splitlines() if line.startswith((" + ", " - "))
-    ]
-    assert out.rc == 0 and not drift, f"venv differs from the lock: {drift or out.stderr}"
+    check_venv_matches_lock(host, paths, _python(paths), paths.vllm_lock)
 
 
 def test_kv_cache_dtypes_match_pinned_vllm(host, paths):
@@ -135,26 +125,13 @@ def test_unit_is_hardened(host):
         "RestrictSUIDSGID": "yes",
         "Restart": "on-failure",
     }
-    out = host.run(f"systemctl show {UNIT} " + " ".join(f"-p {k}" for k in want))
-    got = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
-    weaker = {k: got.get(k) for k, v in want.items() if got.get(k) != v}
-    assert not weaker, (
-        f"{UNIT} hardening differs from rigup's unit: {weaker}; re-run deploys/vllm.py"
-    )
+    check_unit_properties(host, UNIT, want, "deploys/vllm.py")
 
 
 def test_env_file_private_and_complete(host, data, paths):
-    f = host.file(paths.vllm_env_file)
-    assert f.exists, f"{paths.vllm_env_file} is missing: re-run deploys/vllm.py"
-    assert (f.user, f.group) == ("root", data.get("vllm_user")), (
-        f"{f.path} is owned by {f.user}:{f.group}, expected root:{data.get('vllm_user')}"
-    )
-    assert f.mode == 0o640, f"{f.path} has mode {oct(f.mode)}: it must not be world-readable"
-    lines = dict(
-        x.split("=", 1) for x in f.content_string.splitlines() if x and not x.startswith("#")
-    )
+    lines = env_file_values(host, paths.vllm_env_file, data.get("vllm_user"), "deploys/vllm.py")
     assert lines == service_env(data, paths.vllm_home, cuda_env(data)), (
-        f"{f.path} differs from the settings: re-run deploys/vllm.py"
+        f"{paths.vllm_env_file} differs from the settings: re-run deploys/vllm.py"
     )
 
 

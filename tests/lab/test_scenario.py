@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from lab import scenario
+from lab import scenario, voxcpm_lab
 from lab.machine import LabConfig, LabMachine
 
 pytestmark = [
@@ -51,6 +51,7 @@ def lab():
 @pytest.fixture(scope="module")
 def converged(lab):
     seeded = scenario.seed_mirror(lab)
+    voxcpm_lab.seed(lab)  # issue 4: VoxCPM2's CPython build and model stand-in
     result = scenario.converge()
     assert result.ok, f"converge failed (exit {result.rc}); its output is above"
     print(f"\nseed {seeded.seconds:.1f} s, fresh converge {result.seconds:.1f} s")
@@ -86,20 +87,32 @@ def test_testinfra_passes_on_the_converged_lab(converged):
     assert result.ok, result.detail["output"]
 
 
-def test_pinned_vllm_facts_hold_in_the_deployed_venv(converged):
-    """tests/vllm on the lab's own venv: vLLM 0.22.1's parser rejects typos, removed flags and bad
-    JSON; its config code sees the constructed Qwen3.6 checkpoint text-only with
-    --language-model-only and NOT with the seed's stripped config; block size 16 is raised."""
+def _suite_passes_on_the_lab(suite: str, switch: str) -> None:
+    """Run a test directory against the lab machine (``switch=1``): it passes, nothing skipped."""
     proc = subprocess.run(
-        [str(scenario.BIN / "pytest"), "tests/vllm", "-q", "-p", "no:cacheprovider", "-rs"],
+        [str(scenario.BIN / "pytest"), suite, "-q", "-p", "no:cacheprovider", "-rs"],
         cwd=scenario.REPO,
-        env={**os.environ, "RIGUP_VLLM_ON_LAB": "1"},
+        env={**os.environ, switch: "1"},
         capture_output=True,
         text=True,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-15000:]
     assert "skipped" not in out.splitlines()[-1], out[-3000:]
+
+
+def test_pinned_vllm_facts_hold_in_the_deployed_venv(converged):
+    """tests/vllm on the lab's own venv: vLLM 0.22.1's parser rejects typos, removed flags and bad
+    JSON; its config code sees the constructed Qwen3.6 checkpoint text-only with
+    --language-model-only and NOT with the seed's stripped config; block size 16 is raised."""
+    _suite_passes_on_the_lab("tests/vllm", "RIGUP_VLLM_ON_LAB")
+
+
+def test_voxcpm_real_synthesizer_in_the_deployed_venv(converged):
+    """issue 4: tests/voxcpm on the lab's own voxcpm venv: rigup's server with its real
+    synthesizer runs voxcpm 2.0.3 (load, generate, voice cloning, 48 kHz decode) on a tiny VoxCPM2
+    built by voxcpm's own classes, on the CPU."""
+    _suite_passes_on_the_lab("tests/voxcpm", "RIGUP_VOXCPM_ON_LAB")
 
 
 def test_bad_settings_are_refused_before_any_change(converged):
@@ -132,6 +145,12 @@ BREAKS = {
         "systemctl daemon-reload",
         "test_unit_runs_the_rendered_command",
         "vllm.service does not pass --language-model-only",
+    ),
+    # --- VoxCPM2 (issue 4) ---
+    "voxcpm env file world-readable": (
+        "chmod 644 /etc/rigup/voxcpm/voxcpm.env",
+        "test_env_file_private_offline_and_complete",
+        "voxcpm.env has mode 0o644: it must not be world-readable",
     ),
 }
 

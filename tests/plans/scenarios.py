@@ -40,6 +40,7 @@ def _free(gb: int = 500) -> dict:
 
 def _mirror_present(free_gb: int = 500) -> dict:
     return {
+        **_voxcpm_copy_present(),  # issue 4: the VoxCPM2 local copy (its own answers first)
         CANDIDATES: [f"mirror {MIRROR}"],
         **_free(free_gb),
         f"test -d {MIRROR}": [
@@ -416,6 +417,76 @@ def fetch_fails():
     return {re.compile(r"model_fetch\.py place"): failure, **responses}, overrides
 
 
+# --- VoxCPM2 (issue 4) ---------------------------------------------------------------------------
+VOXCPM_COPY = "/srv/mirror/VoxCPM2"
+VOXCPM_PLACED = "/srv/rigup/models/voxcpm2/unverified-2026-11"
+
+
+def _voxcpm_copy_present() -> dict:
+    """The VoxCPM2 snapshot as `hf download openbmb/VoxCPM2` leaves it (file names from voxcpm
+    2.0.3's VoxCPM2Model.from_local; sizes illustrative), nothing placed yet, an x86_64 host."""
+    return {
+        # the model role's source search for the VoxCPM2 manifest (roles/model/facts.py)
+        re.compile(r"echo store \S*/voxcpm2/"): [f"mirror {VOXCPM_COPY}"],
+        f"test -d {VOXCPM_COPY}": [
+            "@present",
+            "1830 config.json",
+            "4548832 tokenizer.json",
+            "1163 tokenizer_config.json",
+            "412 special_tokens_map.json",
+            "220913592 audiovae.safetensors",
+            "4582418688 model.safetensors",
+        ],
+        f"test -d {VOXCPM_PLACED}": ["@absent"],
+        "uname -m": ["x86_64"],
+    }
+
+
+def voxcpm_python_out_of_range():
+    """voxcpm 2.0.3 does not support Python 3.13: refused before any change."""
+    return {**_ubuntu_2604(), **_driver(), **_mirror_present()}, {"voxcpm_python_version": "3.13.1"}
+
+
+def voxcpm_gpu_index_missing():
+    """VoxCPM2 on GPU 2 of a host that declares two."""
+    return {**_ubuntu_2604(), **_driver(), **_mirror_present()}, {"voxcpm_gpu_index": 2}
+
+
+def voxcpm_no_model_copy():
+    """The LLM mirror is there, the VoxCPM2 copy is not, nothing placed."""
+    return {
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+        # (same compiled pattern as _voxcpm_copy_present's key, so this value replaces it)
+        re.compile(r"echo store \S*/voxcpm2/"): [],
+        f"test -d {VOXCPM_COPY}": ["@absent"],
+    }, {}
+
+
+def voxcpm_venv_on_old_python():
+    """A converged rig whose VoxCPM2 venv was built on CPython 3.11.9 before the setting moved to
+    3.12.16: the venv is rebuilt on the new interpreter."""
+    return {
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+        # PythonVersion of the venv's interpreter, and the venv directory (stat, as on Ubuntu)
+        "/opt/rigup/voxcpm/venv/bin/python -c 'import platform": ["3.11.9"],
+        "test -e /opt/rigup/voxcpm/venv ||": [
+            "user=root group=root mode=drwxr-xr-x atime=1764486000 mtime=1764486000 "
+            "ctime=1764486000 size=4096 '/opt/rigup/voxcpm/venv'"
+        ],
+    }, {}
+
+
+def voxcpm_firewalled():
+    """A rig behind a firewall: CPython from a python-build-standalone mirror on a NAS."""
+    return {**_ubuntu_2604(), **_driver(), **_mirror_present()}, {
+        "voxcpm_python_install_mirror": "file:///mnt/nas/python-build-standalone"
+    }
+
+
 def _with_gpu_box(scenario):
     """Scenarios about other components run on the rig's hardware: any NVIDIA answer a scenario
     does not give comes from a bare box with two 3090s (appended, so the scenario's own win)."""
@@ -460,5 +531,10 @@ SCENARIOS = {
         hub_only_unpinned,
         fresh_rig_run,
         fetch_fails,
+        voxcpm_python_out_of_range,
+        voxcpm_gpu_index_missing,
+        voxcpm_no_model_copy,
+        voxcpm_firewalled,
+        voxcpm_venv_on_old_python,
     )
 }

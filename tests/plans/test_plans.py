@@ -49,13 +49,6 @@ def conditional(parsed: dict) -> list[str]:
     return [op["name"] for op in parsed["plan"] if op["hosts_with_conditional_change"]]
 
 
-@pytest.fixture(scope="module")
-def fresh_rig():
-    rc, parsed, err = plan("fresh_rig")
-    assert rc == 0, err
-    return parsed
-
-
 def test_fresh_rig_plans_every_component_in_order(fresh_rig):
     names = changes(fresh_rig)
     order = [
@@ -145,6 +138,10 @@ def test_host_without_gpus_or_driver_installs_but_does_not_start(scenario, deplo
     ],
 )
 def test_refused_before_any_change(scenario, message):
+    assert_refused_before_any_change(scenario, message)
+
+
+def assert_refused_before_any_change(scenario: str, message: str) -> None:
     """Bad input stops the run while operations are prepared: no operation is ever executed."""
     proc = run_pyinfra(scenario, "-y", "deploys/full.py")
     out = proc.stdout + proc.stderr

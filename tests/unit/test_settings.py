@@ -82,6 +82,7 @@ def test_speculative_decoding_can_be_off(settings):
 
 def test_tensor_parallel_must_fit_declared_gpus(settings):
     settings["nvidia_gpu_count"] = 1
+    settings["voxcpm_gpu_index"] = 0  # issue 4: VoxCPM2's default GPU 1 needs a second GPU too
     (problem,) = validate(settings)
     assert problem.startswith("vllm_tensor_parallel_size: 2 is more than the 1 GPU(s)")
 

@@ -1,0 +1,480 @@
+#!/usr/bin/env python3
+"""rigup's HTTP server for VoxCPM2 text-to-speech (the voxcpm package ships none).
+
+An OpenAI-style speech endpoint plus health and readiness, serving the VoxCPM2 checkpoint from a
+local model directory (rigup places it; the unit sets HF_HUB_OFFLINE=1, nothing is downloaded):
+
+    POST /v1/audio/speech   {"input": "...", "voice": "default", "response_format": "wav"}
+                            -> 200 audio/wav (mono, 16-bit PCM, the model's sample rate: 48 kHz)
+    GET  /health            liveness: 200 while the process serves HTTP
+    GET  /ready             readiness: 200 once the synthesizer is loaded, 503 before (or failed);
+                            its "pid" lets systemd tell this server from another on the port
+    GET  /v1/models         the served model name (OpenAI list shape)
+    GET  /v1/audio/voices   voice names: "default" plus <voices-dir>/<name>.wav
+
+Request fields follow OpenAI's ``POST /v1/audio/speech`` (platform.openai.com/docs/api-reference/
+audio/createSpeech): ``model`` (optional; when given it must be the served name), ``input`` (1 to
+4096 characters, OpenAI's limit), ``voice``, ``instructions``, ``response_format`` and ``speed``.
+What VoxCPM2 does with them (voxcpm 2.0.3, ``VoxCPM.generate`` in voxcpm/core.py):
+
+- ``voice``: "default" is the model's own voice; any other name is a reference recording
+  ``<voices-dir>/<name>.wav`` passed as ``reference_wav_path`` (VoxCPM2 voice cloning).
+- ``instructions``: VoxCPM2's voice design / style control, which its README writes as a
+  parenthesised description in front of the text: ``"(instructions)input"``.
+- ``response_format``: "wav" (default here; OpenAI's default, mp3, is not offered) or "pcm"
+  (raw signed 16-bit little-endian mono at the rate in the ``X-Sample-Rate`` header).
+- ``speed``: VoxCPM2 has no speed control; only 1.0 is accepted (use ``instructions``).
+Errors use OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad
+request, 404 for an unknown model, 503 (with Retry-After) while loading, 500 if synthesis fails.
+
+Synthesizers (``--synthesizer``): "voxcpm" loads VoxCPM2 with voxcpm's own API
+(``VoxCPM(voxcpm_model_path=..., zipenhancer_model_path=None, enable_denoiser=False, ...)``) on
+``--device``. "test-double" is a TEST DOUBLE for hosts without the model or a GPU (rigup's lab):
+it loads nothing and returns a deterministic tone instead of speech; everything else (requests,
+validation, WAV encoding, errors, readiness) is this same server. rigup selects it only with the
+setting ``voxcpm_test_double_synthesizer`` (off by default); /ready and every audio response say
+which synthesizer answered (``"synthesizer"``, header ``X-Synthesizer``).
+
+Either way the model directory is checked at start: ``config.json`` must say
+``"architecture": "voxcpm2"`` (how voxcpm 2.0.3 picks VoxCPM2Model); otherwise exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import math
+import os
+import re
+import sys
+import threading
+import time
+import wave
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("voxcpm_server")
+
+#: OpenAI's limit for ``input`` of /v1/audio/speech (API reference, createSpeech).
+MAX_INPUT_CHARS = 4096
+#: voxcpm 2.0.3 reads ``architecture`` from config.json to choose VoxCPM2Model (voxcpm/core.py).
+VOXCPM2_ARCHITECTURE = "voxcpm2"
+#: VoxCPM2's output rate (voxcpm 2.0.3 README: "48kHz"); the real model reports its own.
+VOXCPM2_SAMPLE_RATE = 48_000
+VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+DEFAULT_VOICE = "default"
+EXIT_BAD_MODEL_DIR = 2
+EXIT_LOAD_FAILED = 3
+
+
+class ApiError(Exception):
+    """An error answered in OpenAI's shape."""
+
+    def __init__(
+        self, status: int, message: str, *, param: str | None = None, code: str | None = None
+    ):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+def error_body(status: int, message: str, param: str | None = None, code: str | None = None):
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+class SpeechRequest(BaseModel):
+    """Body of ``POST /v1/audio/speech`` (OpenAI's fields; unknown fields are refused)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
+    voice: str = DEFAULT_VOICE
+    instructions: str | None = Field(default=None, max_length=MAX_INPUT_CHARS)
+    response_format: Literal["wav", "pcm"] = "wav"
+    speed: float = Field(default=1.0, ge=0.25, le=4.0)
+    stream_format: Literal["audio"] | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# synthesizers
+
+
+class Synthesizer(Protocol):
+    """What the server needs from a text-to-speech engine."""
+
+    name: str
+    sample_rate: int
+
+    def load(self) -> None: ...
+
+    def synthesize(self, text: str, reference_wav: str | None) -> np.ndarray:
+        """Mono waveform, float32 in [-1, 1], at ``sample_rate``."""
+        ...
+
+
+class VoxCPM2Synthesizer:
+    """VoxCPM2 through voxcpm's own API (voxcpm 2.0.3: voxcpm/core.py ``VoxCPM``)."""
+
+    name = "voxcpm"
+
+    def __init__(self, model_dir: str, device: str, optimize: bool, cfg_value: float, steps: int):
+        self.model_dir, self.device, self.optimize = model_dir, device, optimize
+        self.cfg_value, self.steps = cfg_value, steps
+        self.sample_rate = VOXCPM2_SAMPLE_RATE
+        self._model = None
+
+    def load(self) -> None:
+        from voxcpm import VoxCPM  # heavy (torch); imported only by the real synthesizer
+
+        # The denoiser (ZipEnhancer) would be fetched from ModelScope: not loaded, as in
+        # voxcpm's README example (load_denoiser=False).
+        self._model = VoxCPM(
+            voxcpm_model_path=self.model_dir,
+            zipenhancer_model_path=None,
+            enable_denoiser=False,
+            optimize=self.optimize,
+            device=self.device,
+        )
+        self.sample_rate = int(self._model.tts_model.sample_rate)
+
+    def synthesize(self, text: str, reference_wav: str | None) -> np.ndarray:
+        return self._model.generate(
+            text=text,
+            reference_wav_path=reference_wav,
+            cfg_value=self.cfg_value,
+            inference_timesteps=self.steps,
+        )
+
+
+class ToneTestDouble:
+    """TEST DOUBLE standing in for VoxCPM2 where the model cannot run (no weights, no GPU).
+
+    Loads nothing (waits ``load_seconds`` so readiness can be observed before and after "load")
+    and returns a deterministic 440 Hz tone, 50 ms per input character (at most 30 s), at 48 kHz.
+    """
+
+    name = "test-double"
+    sample_rate = VOXCPM2_SAMPLE_RATE
+    seconds_per_char = 0.05
+    max_seconds = 30.0
+
+    def __init__(self, load_seconds: float = 0.0):
+        self.load_seconds = load_seconds
+
+    def load(self) -> None:
+        time.sleep(self.load_seconds)
+
+    def synthesize(self, text: str, reference_wav: str | None) -> np.ndarray:
+        seconds = min(self.max_seconds, self.seconds_per_char * len(text))
+        t = np.arange(int(seconds * self.sample_rate), dtype=np.float32) / self.sample_rate
+        return (0.3 * np.sin(2 * math.pi * 440.0 * t)).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# audio encoding
+
+
+def pcm16(waveform: np.ndarray) -> bytes:
+    """Float waveform (any shape, values nominally in [-1, 1]) -> mono signed 16-bit LE bytes.
+
+    Values outside [-1, 1] are clipped; NaN becomes 0. Raises ``ValueError`` for an empty array.
+    """
+    audio = np.asarray(waveform, dtype=np.float32).reshape(-1)
+    if audio.size == 0:
+        raise ValueError("the synthesizer returned no audio")
+    audio = np.nan_to_num(audio, nan=0.0, posinf=1.0, neginf=-1.0)
+    return (np.clip(audio, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+
+
+def wav_bytes(waveform: np.ndarray, sample_rate: int) -> bytes:
+    """A RIFF/WAVE file: mono, 16-bit PCM, ``sample_rate`` Hz (stdlib ``wave``)."""
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(int(sample_rate))
+        out.writeframes(pcm16(waveform))
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------------------------
+# the service
+
+
+def check_model_dir(model_dir: str) -> str | None:
+    """Why ``model_dir`` is not a VoxCPM2 checkpoint directory, or None when it is one."""
+    config = Path(model_dir) / "config.json"
+    if not config.is_file():
+        return f"{config} does not exist: the VoxCPM2 model is not placed there"
+    try:
+        arch = str(json.loads(config.read_text(encoding="utf-8")).get("architecture", ""))
+    except (ValueError, OSError, AttributeError) as e:
+        return f"{config} is not a JSON object: {e}"
+    if arch.lower() != VOXCPM2_ARCHITECTURE:
+        return f"{config} says architecture {arch!r}, not {VOXCPM2_ARCHITECTURE!r}"
+    return None
+
+
+@dataclass
+class ServiceState:
+    """Readiness of the synthesizer: ``loading`` -> ``ready`` or ``failed``."""
+
+    status: str = "loading"
+    error: str | None = None
+    load_seconds: float | None = None
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Settings:
+    model_dir: str
+    served_model_name: str = "voxcpm2"
+    voices_dir: str | None = None
+
+
+def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_background=True):
+    """The FastAPI app. ``load_in_background``: start loading the synthesizer in a thread when
+    the app starts (the service); tests may call ``app.state.load()`` themselves."""
+    state = ServiceState()
+    generate_lock = threading.Lock()  # one synthesis at a time on the GPU
+    on_load_failure: list = []  # callbacks (the CLI stops the server: exit EXIT_LOAD_FAILED)
+
+    def load() -> None:
+        started = time.monotonic()
+        try:
+            synthesizer.load()
+        except Exception as e:  # reported by /ready and the log, then the process exits
+            state.status, state.error = "failed", f"{type(e).__name__}: {e}"
+            log.exception("loading the %s synthesizer failed", synthesizer.name)
+            for callback in on_load_failure:
+                callback()
+            return
+        state.load_seconds = round(time.monotonic() - started, 3)
+        state.status = "ready"
+        log.info("%s synthesizer ready in %.1f s", synthesizer.name, state.load_seconds)
+
+    async def lifespan(app):
+        if load_in_background:
+            threading.Thread(target=load, name="load-synthesizer", daemon=True).start()
+        yield
+
+    app = FastAPI(title="rigup VoxCPM2 speech server", lifespan=lifespan)
+    app.state.load = load
+    app.state.service = state
+    app.state.on_load_failure = on_load_failure
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError):
+        headers = {"Retry-After": "10"} if exc.status == 503 else None
+        return JSONResponse(
+            error_body(exc.status, exc.message, exc.param, exc.code), exc.status, headers=headers
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        param = ".".join(loc) or None
+        message = first.get("msg", "invalid request")
+        if first.get("type") == "extra_forbidden":
+            message = f"unknown field {param!r} (fields: {', '.join(SpeechRequest.model_fields)})"
+        elif first.get("type") == "json_invalid":
+            message = "the request body is not valid JSON"
+        elif param:
+            message = f"{param}: {message}"
+        return JSONResponse(error_body(400, message, param, first.get("type")), 400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        return JSONResponse(error_body(exc.status_code, str(exc.detail)), exc.status_code)
+
+    def readiness() -> dict:
+        return {
+            "status": state.status,
+            "synthesizer": synthesizer.name,
+            "model": settings.served_model_name,
+            "model_dir": settings.model_dir,
+            "sample_rate": synthesizer.sample_rate if state.status == "ready" else None,
+            "load_seconds": state.load_seconds,
+            "error": state.error,
+            "pid": os.getpid(),  # the unit's readiness check matches it against $MAINPID
+        }
+
+    @app.get("/health")
+    def health():
+        return {"status": "ok", "synthesizer": synthesizer.name}
+
+    @app.get("/ready")
+    def ready():
+        body = readiness()
+        return JSONResponse(body, 200 if state.status == "ready" else 503)
+
+    @app.get("/v1/models")
+    def models():
+        return {
+            "object": "list",
+            "data": [{"id": settings.served_model_name, "object": "model", "owned_by": "rigup"}],
+        }
+
+    def voice_files() -> dict[str, str]:
+        if not settings.voices_dir:
+            return {}
+        root = Path(settings.voices_dir)
+        if not root.is_dir():
+            return {}
+        return {p.stem: str(p) for p in sorted(root.glob("*.wav")) if VOICE_NAME.match(p.stem)}
+
+    @app.get("/v1/audio/voices")
+    def voices():
+        return {"voices": [DEFAULT_VOICE, *[v for v in voice_files() if v != DEFAULT_VOICE]]}
+
+    @app.post("/v1/audio/speech")
+    def speech(body: SpeechRequest):
+        if body.model is not None and body.model != settings.served_model_name:
+            raise ApiError(
+                404,
+                f"model {body.model!r} is not served here; this server serves "
+                f"{settings.served_model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
+        if not body.input.strip():
+            raise ApiError(400, "input: must contain text, not only whitespace", param="input")
+        if body.speed != 1.0:
+            raise ApiError(
+                400,
+                f"speed: VoxCPM2 has no speed control, only 1.0 is accepted (got {body.speed}); "
+                "ask for a pace in 'instructions' instead, e.g. 'slightly faster'",
+                param="speed",
+            )
+        reference = None
+        if body.voice != DEFAULT_VOICE:
+            if not VOICE_NAME.match(body.voice):
+                raise ApiError(400, f"voice: invalid voice name {body.voice!r}", param="voice")
+            reference = voice_files().get(body.voice)
+            if reference is None:
+                known = ", ".join([DEFAULT_VOICE, *voice_files()])
+                raise ApiError(
+                    400, f"voice: unknown voice {body.voice!r} (voices: {known})", param="voice"
+                )
+        text = body.input
+        if body.instructions:
+            if any(c in body.instructions for c in "()"):
+                raise ApiError(
+                    400,
+                    "instructions: must not contain parentheses (VoxCPM2 reads the "
+                    "description between them)",
+                    param="instructions",
+                )
+            text = f"({body.instructions.strip()}){text}"
+        if state.status != "ready":
+            status = 503
+            why = (
+                f"the model failed to load: {state.error}"
+                if state.status == "failed"
+                else "the model is still loading; retry later"
+            )
+            raise ApiError(status, why, code=f"model_{state.status}")
+
+        started = time.monotonic()
+        with generate_lock:
+            try:
+                audio = synthesizer.synthesize(text, reference)
+                rate = synthesizer.sample_rate
+                payload = wav_bytes(audio, rate) if body.response_format == "wav" else pcm16(audio)
+            except Exception as e:
+                log.exception("synthesis failed")
+                raise ApiError(500, f"synthesis failed: {type(e).__name__}: {e}") from None
+        seconds = time.monotonic() - started
+        samples = (len(payload) - (44 if body.response_format == "wav" else 0)) // 2
+        return Response(
+            payload,
+            media_type="audio/wav" if body.response_format == "wav" else "audio/pcm",
+            headers={
+                "X-Synthesizer": synthesizer.name,
+                "X-Sample-Rate": str(rate),
+                "X-Audio-Seconds": f"{samples / rate:.3f}",
+                "X-Synthesis-Seconds": f"{seconds:.3f}",
+            },
+        )
+
+    return app
+
+
+# --------------------------------------------------------------------------------------------
+# command line
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    cli = argparse.ArgumentParser(prog="voxcpm_server.py", description=__doc__.split("\n")[0])
+    cli.add_argument("--model-dir", required=True, help="placed VoxCPM2 checkpoint directory")
+    cli.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
+    cli.add_argument("--port", type=int, default=8100)
+    cli.add_argument("--served-model-name", default="voxcpm2")
+    cli.add_argument("--voices-dir", default=None, help="reference recordings <name>.wav")
+    cli.add_argument("--device", default="cuda", help="torch device for VoxCPM2 (cuda, cpu, ...)")
+    cli.add_argument("--no-optimize", action="store_true", help="skip torch.compile")
+    cli.add_argument("--cfg-value", type=float, default=2.0, help="voxcpm's default: 2.0")
+    cli.add_argument("--inference-timesteps", type=int, default=10, help="voxcpm's default: 10")
+    cli.add_argument(
+        "--synthesizer",
+        choices=("voxcpm", "test-double"),
+        default="voxcpm",
+        help="test-double: a tone instead of speech, for hosts without the model (tests only)",
+    )
+    cli.add_argument(
+        "--test-double-load-seconds",
+        type=float,
+        default=2.0,
+        help="how long the test double pretends to load",
+    )
+    return cli.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    problem = check_model_dir(args.model_dir)
+    if problem:
+        print(f"voxcpm_server: {problem}", file=sys.stderr, flush=True)
+        return EXIT_BAD_MODEL_DIR
+    if args.synthesizer == "test-double":
+        log.warning("TEST DOUBLE synthesizer selected: a tone is returned instead of speech")
+        synthesizer: Synthesizer = ToneTestDouble(args.test_double_load_seconds)
+    else:
+        synthesizer = VoxCPM2Synthesizer(
+            args.model_dir,
+            args.device,
+            not args.no_optimize,
+            args.cfg_value,
+            args.inference_timesteps,
+        )
+    settings = Settings(args.model_dir, args.served_model_name, args.voices_dir)
+    app = create_app(settings, synthesizer)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=True)
+    )
+
+    def stop() -> None:
+        server.should_exit = True
+
+    app.state.on_load_failure.append(stop)
+    server.run()
+    return EXIT_LOAD_FAILED if app.state.service.status == "failed" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,267 @@
+"""voxcpm role (issue 4): the CPython it runs on, the locked venv, the placed model, the hardened
+unit and the HTTP service, with expectations from the settings.
+
+Where ``voxcpm_test_double_synthesizer`` is on (the lab), the service runs for real but speaks
+through rigup's test double: the tests that need VoxCPM2 itself are skipped with that reason, and
+test_synthesizer_is_what_the_settings_say reports which synthesizer answered.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from roles.voxcpm.service import (
+    MEDIA_TARGET,
+    UNIT,
+    VoxcpmPaths,
+    is_loopback,
+    probe_url,
+    server_args,
+    service_env,
+    start_decision,
+)
+from tests.infra.checks import (
+    check_service_user,
+    check_unit_properties,
+    check_venv_matches_lock,
+    env_file_values,
+)
+
+
+@pytest.fixture(scope="session")
+def vp(data) -> VoxcpmPaths:
+    return VoxcpmPaths.from_data(data)
+
+
+@pytest.fixture(scope="session")
+def should_run(host, data) -> bool:
+    return start_decision(data, host.exists("nvidia-smi")) is None
+
+
+def _curl(host, url: str, *args: str):
+    """(HTTP status, body) of a request made on the host itself."""
+    out = host.run(
+        "curl -sS --max-time 30 -o /tmp/rigup-voxcpm-body -w '%{http_code}' "
+        + " ".join(shlex.quote(a) for a in args)
+        + f" {shlex.quote(url)}; echo; cat /tmp/rigup-voxcpm-body; rm -f /tmp/rigup-voxcpm-body"
+    )
+    status, _, body = out.stdout.partition("\n")
+    return status.strip(), body
+
+
+def _speech(host, data, body: dict, out: str = "/tmp/rigup-voxcpm.wav"):
+    url = probe_url(data, "/v1/audio/speech")
+    res = host.run(
+        f"curl -sS --max-time 120 -o {out} -D - -H 'Content-Type: application/json' "
+        f"--data {shlex.quote(json.dumps(body))} {shlex.quote(url)}"
+    )
+    return res
+
+
+def test_service_user(host, data, vp):
+    check_service_user(host, data.get("voxcpm_user"), vp.home, "deploys/voxcpm.py")
+
+
+def test_venv_runs_on_the_pinned_cpython_in_voxcpm_range(host, data, vp):
+    want = data.get("voxcpm_python_version")
+    out = host.run(f"{vp.python} -c 'import platform, sys; print(platform.python_version())'")
+    assert out.rc == 0, f"no working venv at {vp.venv}: {out.stderr[-400:]} (run deploys/voxcpm.py)"
+    got = out.stdout.strip()
+    assert got == want, f"{vp.venv} runs Python {got}, {want} expected (run deploys/voxcpm.py)"
+    minor = tuple(int(x) for x in got.split(".")[:2])
+    assert (3, 10) <= minor <= (3, 12), f"voxcpm 2.0.3 supports Python 3.10-3.12, venv has {got}"
+    home = host.run(f"{vp.python} -c 'import sys; print(sys.base_prefix)'").stdout.strip()
+    assert home.startswith(vp.python_install_dir + "/"), (
+        f"the venv's interpreter {home} is not rigup's uv-managed CPython under "
+        f"{vp.python_install_dir}"
+    )
+
+
+def test_voxcpm_version(host, data, vp):
+    out = host.run(f"{vp.python} -c 'import importlib.metadata as m; print(m.version(\"voxcpm\"))'")
+    assert out.rc == 0, f"no voxcpm in {vp.venv}: {out.stderr.strip()[-400:]}"
+    assert out.stdout.strip() == data.get("voxcpm_version"), (
+        f"voxcpm {out.stdout.strip()} installed in {vp.venv}, {data.get('voxcpm_version')} "
+        "expected (re-run deploys/voxcpm.py)"
+    )
+
+
+def test_venv_matches_lock(host, paths, vp):
+    check_venv_matches_lock(host, paths, vp.python, vp.lock)
+
+
+def test_voxcpm_api_the_server_calls_exists(host, vp):
+    """The server calls voxcpm 2.0.3's VoxCPM(voxcpm_model_path=, zipenhancer_model_path=,
+    enable_denoiser=, optimize=, device=) and .generate(text=, reference_wav_path=, cfg_value=,
+    inference_timesteps=): check those names against the installed package's signatures."""
+    code = (
+        "import inspect, json; from voxcpm import VoxCPM; "
+        "print(json.dumps([list(inspect.signature(VoxCPM.__init__).parameters), "
+        "list(inspect.signature(VoxCPM._generate).parameters)]))"
+    )
+    out = host.run(f"{vp.python} -c {shlex.quote(code)}")
+    assert out.rc == 0, f"voxcpm does not import in {vp.venv}: {out.stderr[-800:]}"
+    init, generate = json.loads(out.stdout.strip().splitlines()[-1])
+    for name in ("voxcpm_model_path", "zipenhancer_model_path", "enable_denoiser", "optimize"):
+        assert name in init, f"VoxCPM.__init__ has no {name!r}: {init}"
+    assert "device" in init, init
+    for name in ("text", "reference_wav_path", "cfg_value", "inference_timesteps"):
+        assert name in generate, f"VoxCPM.generate has no {name!r}: {generate}"
+
+
+def test_model_is_placed_read_only(host, vp):
+    config = host.file(f"{vp.model_dir}/config.json")
+    assert config.exists, f"{vp.model_dir}/config.json is missing: run deploys/voxcpm.py"
+    assert config.user == "root" and config.mode & 0o022 == 0, (
+        f"{config.path} must be root-owned and not writable by others"
+    )
+    arch = json.loads(config.content_string).get("architecture")
+    assert arch == "voxcpm2", f"{config.path} says architecture {arch!r}, not 'voxcpm2'"
+
+
+@pytest.mark.unit(UNIT)
+def test_unit_runs_the_rendered_command(host, data, vp):
+    assert host.file(vp.unit).exists, f"{vp.unit} is missing: run deploys/voxcpm.py"
+    show = host.run(
+        f"systemctl show {UNIT} -p User -p ExecStart -p EnvironmentFiles -p LoadState -p PartOf"
+    )
+    props = dict(line.split("=", 1) for line in show.stdout.splitlines() if "=" in line)
+    assert props.get("LoadState") == "loaded", f"{UNIT} is not loaded: {props}"
+    assert props.get("User") == data.get("voxcpm_user"), f"{UNIT} runs as {props.get('User')!r}"
+    exec_start = props.get("ExecStart", "")
+    assert f"path={vp.python} " in exec_start and vp.server in exec_start, exec_start
+    args = server_args(data, vp)
+    for flag, value in zip(args, args[1:] + [""], strict=True):
+        if flag.startswith("--"):
+            given = flag if value.startswith("--") or not value else f"{flag} {value}"
+            assert given in exec_start, f"{UNIT} does not pass {given}: {exec_start}"
+    assert ("--synthesizer test-double" in exec_start) == bool(
+        data.get("voxcpm_test_double_synthesizer")
+    ), f"{UNIT}'s synthesizer differs from voxcpm_test_double_synthesizer: {exec_start}"
+    assert vp.env_file in props.get("EnvironmentFiles", ""), f"{UNIT} does not read {vp.env_file}"
+    assert MEDIA_TARGET in props.get("PartOf", ""), f"{UNIT} is not PartOf={MEDIA_TARGET}"
+
+
+@pytest.mark.unit(UNIT)
+def test_unit_file_verifies(host):
+    out = host.run(f"systemd-analyze verify {UNIT}")
+    problems = [
+        x
+        for x in (out.stdout + out.stderr).splitlines()
+        if UNIT in x and MEDIA_TARGET not in x  # the mode target comes with the modes work
+    ]
+    assert not problems, f"systemd-analyze verify: {out.stdout}{out.stderr}"
+
+
+@pytest.mark.unit(UNIT)
+def test_unit_is_hardened(host, data):
+    want = {
+        "RemoveIPC": "yes",
+        "UMask": "0077",
+        "NoNewPrivileges": "yes",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "ProtectProc": "invisible",
+        "CapabilityBoundingSet": "",
+        "RestrictSUIDSGID": "yes",
+        "Restart": "on-failure",
+    }
+    check_unit_properties(host, UNIT, want, "deploys/voxcpm.py")
+    if is_loopback(data.get("voxcpm_host")):  # systemd lists the prefixes in no fixed order
+        out = host.run(f"systemctl show {UNIT} -p IPAddressDeny -p IPAddressAllow")
+        got = {k: set(v.split()) for k, _, v in (x.partition("=") for x in out.stdout.split("\n"))}
+        assert got.get("IPAddressDeny") == {"0.0.0.0/0", "::/0"}, got
+        assert got.get("IPAddressAllow") == {"127.0.0.0/8", "::1/128"}, (
+            f"{UNIT} bound to loopback must allow loopback only: {got}; re-run deploys/voxcpm.py"
+        )
+
+
+def test_env_file_private_offline_and_complete(host, data, vp):
+    lines = env_file_values(host, vp.env_file, data.get("voxcpm_user"), "deploys/voxcpm.py")
+    assert lines == service_env(data, vp), (
+        f"{vp.env_file} differs from the settings: re-run deploys/voxcpm.py"
+    )
+    assert lines["HF_HUB_OFFLINE"] == "1", "the service must load the model offline"
+
+
+@pytest.mark.unit(UNIT)
+def test_service_state_follows_settings_and_gpus(host, should_run):
+    svc = host.service(UNIT)
+    if should_run:
+        assert svc.is_enabled and svc.is_running, f"{UNIT} should be enabled and running"
+    else:
+        assert not svc.is_running and not svc.is_enabled, (
+            f"{UNIT} must stay stopped and disabled on a host without GPUs or NVIDIA driver"
+        )
+
+
+@pytest.fixture
+def running(should_run):
+    if not should_run:
+        pytest.skip(f"{UNIT} is not meant to run on this host (no GPU/driver, no test double)")
+
+
+@pytest.mark.unit(UNIT)
+def test_listens_on_the_configured_address_only(host, data, running):
+    sockets = host.run(f"ss -Htln 'sport = :{data.get('voxcpm_port')}'").stdout.split("\n")
+    local = [line.split()[3] for line in sockets if line.strip()]
+    want = f"{data.get('voxcpm_host')}:{data.get('voxcpm_port')}"
+    assert local == [want], f"{UNIT} listens on {local}, expected only {want}"
+
+
+@pytest.mark.unit(UNIT)
+def test_synthesizer_is_what_the_settings_say(host, data, running):
+    status, body = _curl(host, probe_url(data, "/ready"))
+    assert status == "200", f"/ready answered {status}: {body}"
+    ready = json.loads(body)
+    double = bool(data.get("voxcpm_test_double_synthesizer"))
+    assert ready["synthesizer"] == ("test-double" if double else "voxcpm"), ready
+    assert ready["model_dir"] == VoxcpmPaths.from_data(data).model_dir, ready
+    assert ready["sample_rate"] == 48000, ready
+    if double:
+        pytest.skip(
+            "voxcpm_test_double_synthesizer is on: the service answers with rigup's TEST DOUBLE "
+            "tone, not VoxCPM2 speech (the model and a GPU are not available here)"
+        )
+
+
+@pytest.mark.unit(UNIT)
+def test_speech_endpoint_returns_a_wav(host, data, running):
+    res = _speech(host, data, {"input": "rigup checks the speech endpoint.", "voice": "default"})
+    assert res.rc == 0 and " 200" in res.stdout.splitlines()[0], res.stdout + res.stderr
+    headers = {
+        k.strip().lower(): v.strip()
+        for k, _, v in (line.partition(":") for line in res.stdout.splitlines()[1:])
+    }
+    assert headers.get("content-type") == "audio/wav", headers
+    probe = (
+        "import json, wave; w = wave.open('/tmp/rigup-voxcpm.wav'); "
+        "print(json.dumps([w.getnchannels(), w.getsampwidth(), w.getframerate(), w.getnframes()]))"
+    )
+    out = host.run(f"{VoxcpmPaths.from_data(data).python} -c {shlex.quote(probe)}")
+    channels, width, rate, frames = json.loads(out.stdout.strip())
+    assert (channels, width, rate) == (1, 2, int(headers["x-sample-rate"])), out.stdout
+    assert frames > rate * 0.2, f"only {frames} frames of audio for a sentence"
+
+
+@pytest.mark.unit(UNIT)
+def test_speech_endpoint_refuses_bad_requests_in_openai_shape(host, data, running):
+    url = probe_url(data, "/v1/audio/speech")
+    status, body = _curl(
+        host, url, "-H", "Content-Type: application/json", "--data", '{"input": ""}'
+    )
+    assert status == "400", f"empty input answered {status}: {body}"
+    assert json.loads(body)["error"]["param"] == "input", body
+    status, body = _curl(
+        host,
+        url,
+        "-H",
+        "Content-Type: application/json",
+        "--data",
+        '{"input": "x", "model": "tts-1"}',
+    )
+    assert status == "404" and json.loads(body)["error"]["code"] == "model_not_found", body

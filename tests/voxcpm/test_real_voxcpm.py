@@ -1,0 +1,180 @@
+"""rigup's speech server with its REAL synthesizer: voxcpm 2.0.3 loading and running a tiny
+VoxCPM2 that voxcpm's own classes construct (tests/voxcpm/tiny_voxcpm2.py), on the CPU.
+
+    RIGUP_VOXCPM_ON_LAB=1 .venv/bin/pytest tests/voxcpm     # the venv rigup deployed on the lab
+    RIGUP_VOXCPM_PYTHON=/path/to/venv/bin/python .venv/bin/pytest tests/voxcpm   # a local venv
+
+The lab scenario (tests/lab/test_scenario.py) runs the first form after converging the lab, so
+CI proves that the server drives voxcpm's real API (``VoxCPM(...)``, ``.generate(text=...,
+reference_wav_path=...)``, ``tts_model.sample_rate``) in the venv rigup built: model load,
+tokenizer, the generation loop, voice cloning from a reference recording and the AudioVAE
+decode to 48 kHz all run. The weights are random, so the audio is noise: what is checked is the
+path, not the voice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BUILDER = REPO / "tests" / "voxcpm" / "tiny_voxcpm2.py"
+SERVER = REPO / "files" / "voxcpm" / "voxcpm_server.py"
+ON_LAB = os.environ.get("RIGUP_VOXCPM_ON_LAB") == "1"
+#: the venv and server rigup deploys (roles/voxcpm/service.py, default settings)
+LAB_PYTHON = "/opt/rigup/voxcpm/venv/bin/python"
+PYTHON = LAB_PYTHON if ON_LAB else os.environ.get("RIGUP_VOXCPM_PYTHON", "")
+
+
+def _port() -> int:
+    """Not the service's port (it may run beside this test); labs share this machine's network,
+    so on a lab the port follows its SSH port, as inventory/lab.py does for the service."""
+    if ON_LAB:
+        from lab.machine import LabConfig
+
+        return LabConfig.from_env().ssh_port + 20000
+    return 18100
+
+
+PORT = _port()
+WORK = "/var/tmp/rigup-real-voxcpm"
+
+pytestmark = pytest.mark.skipif(
+    not PYTHON,
+    reason="no voxcpm venv to run: set RIGUP_VOXCPM_PYTHON to a python with voxcpm 2.0.3, or "
+    "RIGUP_VOXCPM_ON_LAB=1 for a converged lab machine",
+)
+
+
+class Target:
+    """Runs shell commands where the voxcpm venv is: the lab machine (ssh) or this machine."""
+
+    def __init__(self):
+        self.machine = None
+        if ON_LAB:
+            from lab.machine import LabConfig, LabMachine
+
+            self.machine = LabMachine(LabConfig.from_env(), log=lambda _: None)
+
+    def run(self, command: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        if self.machine is not None:
+            return self.machine.ssh(command, check=False, timeout=timeout)
+        return subprocess.run(
+            ["bash", "-c", command], capture_output=True, text=True, timeout=timeout
+        )
+
+    def put(self, src: Path, dest: str) -> None:
+        if self.machine is not None:
+            self.machine.push(src, dest)
+        else:
+            subprocess.run(["install", "-D", "-m", "644", str(src), dest], check=True)
+
+
+def _http(target: Target, path: str, body: dict | None = None, out: str = "/dev/null"):
+    """(status, headers dict, body text or '') of a request from the target to the server."""
+    data = f"-H 'Content-Type: application/json' --data {shlex.quote(json.dumps(body))}"
+    res = target.run(
+        f"curl -sS --max-time 120 -D - -o {out} {data if body is not None else ''} "
+        f"http://127.0.0.1:{PORT}{path}; echo; test {out} = /dev/null || true"
+    )
+    lines = res.stdout.splitlines()
+    status = lines[0].split()[1] if lines and lines[0].startswith("HTTP/") else "000"
+    headers = {
+        k.strip().lower(): v.strip()
+        for k, _, v in (x.partition(":") for x in lines[1:] if ":" in x)
+    }
+    return status, headers
+
+
+def _wav_info(target: Target, path: str) -> dict:
+    code = (
+        "import json, sys, wave, numpy; w = wave.open(sys.argv[1]); "
+        "a = numpy.frombuffer(w.readframes(w.getnframes()), '<i2'); "
+        "print(json.dumps({'channels': w.getnchannels(), 'width': w.getsampwidth(), "
+        "'rate': w.getframerate(), 'frames': w.getnframes(), 'peak': int(abs(a).max())}))"
+    )
+    res = target.run(f"{PYTHON} -c {shlex.quote(code)} {path}")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def server():
+    """Tiny VoxCPM2 built, rigup's server started on it with --synthesizer voxcpm on the CPU,
+    otherwise with the service's defaults (optimize on: voxcpm skips torch.compile off CUDA but
+    still runs its warm-up generation while loading)."""
+    target = Target()
+    target.run(f"rm -rf {WORK} && mkdir -p {WORK}/voices")
+    target.put(BUILDER, f"{WORK}/tiny_voxcpm2.py")
+    target.put(SERVER, f"{WORK}/voxcpm_server.py")
+    built = target.run(f"{PYTHON} {WORK}/tiny_voxcpm2.py {WORK}/model", timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    info = json.loads(built.stdout.strip().splitlines()[-1])
+    # a reference recording for voice cloning: 1 s of a 16 kHz chirp
+    make_voice = (
+        "import numpy, wave; t = numpy.arange(16000) / 16000; "
+        "a = (0.3 * numpy.sin(2 * numpy.pi * (200 + 300 * t) * t) * 32767).astype('<i2'); "
+        f"w = wave.open('{WORK}/voices/narrator.wav', 'wb'); w.setnchannels(1); "
+        "w.setsampwidth(2); w.setframerate(16000); w.writeframes(a.tobytes()); w.close()"
+    )
+    assert target.run(f"{PYTHON} -c {shlex.quote(make_voice)}").returncode == 0
+    started = time.monotonic()
+    try:
+        target.run(  # detached (setsid, no stdin) so that ssh returns at once
+            f"cd {WORK} || exit 1; HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 setsid {PYTHON} "
+            f"voxcpm_server.py --model-dir {WORK}/model --port {PORT} --voices-dir "
+            f"{WORK}/voices --device cpu --synthesizer voxcpm "
+            f"< /dev/null > {WORK}/server.log 2>&1 & echo $! > {WORK}/pid",
+            timeout=30,
+        )
+        ready = {}
+        for _ in range(240):
+            res = target.run(f"curl -s http://127.0.0.1:{PORT}/ready || true")
+            if res.stdout.strip().startswith("{"):
+                ready = json.loads(res.stdout)
+                if ready["status"] != "loading":
+                    break
+            time.sleep(0.5)
+        log = target.run(f"tail -40 {WORK}/server.log").stdout
+        assert ready.get("status") == "ready", f"server not ready: {ready}\n{log}"
+        ready["seconds_to_ready"] = round(time.monotonic() - started, 1)
+        print(f"\ntiny VoxCPM2: {info}, ready: {ready}")
+        yield target, ready
+    finally:
+        target.run(f"kill $(cat {WORK}/pid) 2>/dev/null; sleep 1; rm -rf {WORK}")
+
+
+def test_real_synthesizer_loads_voxcpm2(server):
+    _, ready = server
+    assert ready["synthesizer"] == "voxcpm"
+    assert ready["sample_rate"] == 48000  # VoxCPM2's AudioVAE V2 output rate, read from voxcpm
+
+
+def test_real_synthesizer_speaks_a_wav(server):
+    target, _ = server
+    status, headers = _http(
+        target, "/v1/audio/speech", {"input": "Hello rig.", "voice": "default"}, f"{WORK}/a.wav"
+    )
+    assert status == "200" and headers["x-synthesizer"] == "voxcpm", headers
+    wav = _wav_info(target, f"{WORK}/a.wav")
+    assert (wav["channels"], wav["width"], wav["rate"]) == (1, 2, 48000), wav
+    assert wav["frames"] > 0 and wav["peak"] > 0, f"silence or nothing from VoxCPM2: {wav}"
+    print(f"\nreal VoxCPM2 path: {wav}, synthesis {headers['x-synthesis-seconds']} s")
+
+
+def test_real_synthesizer_clones_a_reference_voice_with_instructions(server):
+    target, _ = server
+    status, headers = _http(
+        target,
+        "/v1/audio/speech",
+        {"input": "Cloned.", "voice": "narrator", "instructions": "slow and calm"},
+        f"{WORK}/b.wav",
+    )
+    assert status == "200", headers
+    assert _wav_info(target, f"{WORK}/b.wav")["frames"] > 0

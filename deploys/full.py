@@ -4,9 +4,14 @@ Each line also exists as its own deploy file (deploys/<component>.py) for partia
 """
 
 from roles.base import base
+from roles.comfyui import comfyui  # issue 4
 from roles.model import model
+from roles.modes import modes  # issue 4
 from roles.vllm import vllm
 
 base()  # apt baseline, directories, pinned uv
 model()  # the LLM checkpoint, placed and patched for text-only serving
 vllm()  # vLLM 0.22.1 venv, flags checked by vLLM's parser, systemd service
+# --- issue 4: ComfyUI, then the GPU modes (last: it starts the mode whose services are linked) ---
+comfyui()  # ComfyUI at a pinned commit, locked venv, base directory, models, comfyui.service
+modes()  # rigup-llm/rigup-media targets, rigup-mode, boot mode; starts a mode when none runs

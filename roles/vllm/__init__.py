@@ -16,17 +16,20 @@ from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.facts.server import Which
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from roles.common.operations import check_passes, fingerprint, uv_venv_synced
 from roles.common.paths import Paths
 from roles.common.settings import require_valid_settings
+from roles.common.urls import local_probe_url
+from roles.modes import gpu_hold_back_reason
+from roles.modes.budget import MODES, SERVICE_MODES
 from roles.vllm.flags import exec_start, serve_args, service_env
 
 FILES = Path(__file__).resolve().parents[2] / "files"
 UNIT = "vllm.service"
+TARGET = MODES[SERVICE_MODES[UNIT]]  # rigup-llm.target
 
 
 def _sha256(path: Path) -> str:
@@ -35,26 +38,22 @@ def _sha256(path: Path) -> str:
 
 def health_url(data) -> str:
     """URL of vLLM's ``/health`` endpoint as seen from the host itself."""
-    bind = str(data.get("vllm_host"))
-    probe = "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
-    if ":" in probe:
-        probe = f"[{probe}]"
-    return f"http://{probe}:{data.get('vllm_port')}/health"
+    return local_probe_url(str(data.get("vllm_host")), data.get("vllm_port"), "/health")
 
 
 @deploy("vLLM")
 def vllm() -> None:
     """Build the locked venv, check the flags and the checkpoint with vLLM, install the unit.
 
-    On a host that declares GPUs (``nvidia_gpu_count`` > 0) the service is enabled, started and
-    restarted when its inputs change. On a host with none it is installed, stopped and disabled,
-    and the run says so. Raises ``SettingsError`` before any change on invalid settings.
+    On a host that declares GPUs (``nvidia_gpu_count`` > 0) and has the NVIDIA driver the service
+    is linked into ``rigup-llm.target`` (started with the LLM mode by roles/modes) and restarted,
+    when running, if its inputs change. Elsewhere it is installed, stopped and disabled, and the
+    run says so. Raises ``SettingsError`` before any change on invalid settings.
     """
     data = host.data
     require_valid_settings(data, host.name)
     p = Paths.from_data(data)
     user = data.vllm_user
-    gpus = data.nvidia_gpu_count
 
     server.user(
         name=f"Service user {user}",
@@ -171,30 +170,37 @@ def vllm() -> None:
         wait_ready=f"{p.vllm_scripts}/wait-ready",
         health_url=health_url(data),
         start_timeout_s=data.vllm_start_timeout_s,
+        target=TARGET,
     )
     systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
 
-    driver = host.get_fact(Which, command="nvidia-smi") if gpus > 0 else None
-    if gpus > 0 and driver:
+    # Modes (roles/modes): vllm.service runs in the LLM mode only. Where it can run it is linked
+    # into rigup-llm.target (enabled) and the modes deploy starts it with that mode; here it is
+    # only restarted when running and its inputs changed.
+    reason = gpu_hold_back_reason(data)
+    if reason is None:
         systemd.service(
-            name=f"{UNIT} enabled and running", service=UNIT, running=True, enabled=True
+            name=f"{UNIT} enabled in {TARGET} (runs in the llm mode)",
+            service=UNIT,
+            running=None,
+            enabled=True,
+        )
+        server.shell(
+            name=f"Re-link {UNIT} into {TARGET} (its [Install] section may have changed)",
+            commands=[f"systemctl reenable {UNIT}"],
+            _if=unit.did_change,
         )
         systemd.service(
-            name=f"Restart {UNIT} (its inputs changed)",
+            name=f"Restart {UNIT} if running (its inputs changed)",
             service=UNIT,
-            running=True,
+            running=None,
             restarted=True,
             _if=any_changed(unit, env_file, argv, venv, lock),
         )
     else:
-        why = (
-            "this host declares no NVIDIA GPUs (nvidia_gpu_count = 0)"
-            if gpus == 0
-            else f"it declares {gpus} GPU(s) but has no NVIDIA driver (no nvidia-smi on PATH)"
-        )
         logger.warning(
-            f"[{host.name}] vLLM: {why}: {UNIT} is installed and checked but not started "
-            "(kept stopped and disabled)."
+            f"[{host.name}] vLLM: {reason}: {UNIT} is installed and checked but not started "
+            f"(kept stopped and out of {TARGET})."
         )
         systemd.service(
             name=f"{UNIT} installed, not started (no GPUs or no driver)",

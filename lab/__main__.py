@@ -53,7 +53,7 @@ def converge(machine: LabMachine) -> int:
     started = time.monotonic()
     machine.up()
     up = scenario.StepResult("create/up", 0, time.monotonic() - started)
-    steps = [up, scenario.seed_mirror(machine)]
+    steps = [up, scenario.seed_mirror(machine), scenario.seed_comfyui_mirror(machine)]
     steps.append(scenario.converge())
     if steps[-1].ok:
         steps.append(scenario.idempotence())

@@ -50,6 +50,7 @@ def lab():
 
 @pytest.fixture(scope="module")
 def converged(lab):
+    scenario.seed_comfyui_mirror(lab)  # issue 4: skipped (no ComfyUI) without a mirror
     seeded = scenario.seed_mirror(lab)
     result = scenario.converge()
     assert result.ok, f"converge failed (exit {result.rc}); its output is above"
@@ -177,3 +178,99 @@ def test_model_patch_shows_as_diff_and_is_declarative(converged):
     assert "vision_config" not in stripped and "vision_config" in kept
     pyinfra("-y", "inventory/lab.py", "deploys/model.py", check=True)
     assert json.loads(converged.ssh(f"cat {config}").stdout) == kept
+
+
+# --- GPU modes, VRAM budget and ComfyUI (issue 4) -------------------------------------------------
+COMFYUI = scenario.comfyui_mirror() is not None
+NO_COMFYUI = "no ComfyUI mirror on the controller (set RIGUP_COMFYUI_MIRROR): ComfyUI is left out"
+
+
+def _active(lab, unit: str) -> str:
+    return lab.ssh(f"systemctl is-active {unit}", check=False).stdout.strip()
+
+
+def test_mode_switch_with_real_systemd(converged):
+    """rigup-mode switches the conflicting targets for real: the old mode's services stop first,
+    the new mode's enabled services start and answer their readiness check. vllm.service is
+    held back in the lab (no GPU): not linked into rigup-llm.target, never started."""
+    lab = converged
+    assert _active(lab, "rigup-media.target") == "active", "the lab boots into the media mode"
+    if COMFYUI:
+        assert _active(lab, "comfyui.service") == "active"
+    out = lab.ssh("rigup-mode llm").stdout
+    assert "mode: llm" in out, out
+    assert _active(lab, "rigup-llm.target") == "active"
+    assert _active(lab, "rigup-media.target") == "inactive"
+    assert _active(lab, "comfyui.service") == "inactive", "PartOf= did not stop ComfyUI"
+    assert _active(lab, "vllm.service") == "inactive", "vllm must stay held back without GPUs"
+    assert "vllm.service held back" in out, out
+    # A deploy keeps the mode the user switched to: 0 changes planned.
+    result = scenario.idempotence()
+    assert result.rc == 0, result.detail.get("stderr") or result.detail["changes"]
+    lab.ssh("rigup-mode media")
+    assert _active(lab, "rigup-media.target") == "active"
+    assert _active(lab, "rigup-llm.target") == "inactive"
+    if COMFYUI:
+        # rigup-mode returns once ComfyUI's ExecStartPost saw GET /system_stats answer
+        assert _active(lab, "comfyui.service") == "active"
+        stats = json.loads(lab.ssh("curl -fsS http://127.0.0.1:8188/system_stats").stdout)
+        assert stats["devices"][0]["type"] == "cpu"
+        # starting a media service directly switches the mode too (Requires= its target)
+        lab.ssh("rigup-mode llm && systemctl start comfyui.service")
+        assert _active(lab, "rigup-media.target") == "active"
+        assert _active(lab, "rigup-llm.target") == "inactive"
+
+
+def test_oversubscribed_budget_is_refused_on_the_lab_before_any_change(converged):
+    before = converged.ssh("stat -c %Y /etc/systemd/system/rigup-media.target").stdout
+    proc = pyinfra(
+        "-y",
+        "inventory/lab.py",
+        "deploys/full.py",
+        "--data",
+        "comfyui_cpu=False",
+        "--data",
+        "voxcpm_vram_gib=8.0",
+        "--data",
+        "voxcpm_gpu_index=0",
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "VRAM budget: media mode oversubscribes GPU 0: 31.0 of 24 GiB" in out, out
+    assert "Beginning operation run" not in out
+    assert converged.ssh("stat -c %Y /etc/systemd/system/rigup-media.target").stdout == before
+
+
+@pytest.mark.skipif(not COMFYUI, reason=NO_COMFYUI)
+def test_user_files_in_comfyui_survive_a_converge(converged):
+    """Outputs and custom nodes a user made are never touched; a checkout edited by hand stops
+    the run with the files named instead of being reset."""
+    base = "/srv/rigup/comfyui"
+    converged.ssh(
+        f"runuser -u comfyui -- sh -c 'echo picture > {base}/output/mine.png && "
+        f"mkdir -p {base}/custom_nodes/my_node && echo x=1 > {base}/custom_nodes/my_node/a.py'"
+    )
+    assert scenario.converge().ok
+    assert converged.ssh(f"cat {base}/output/mine.png").stdout == "picture\n"
+    assert converged.ssh(f"cat {base}/custom_nodes/my_node/a.py").stdout == "x=1\n"
+    converged.ssh("echo '# my edit' >> /opt/rigup/comfyui/src/nodes.py")
+    try:
+        proc = pyinfra("-y", "inventory/lab.py", "deploys/comfyui.py")
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "has local changes" in out and "nodes.py" in out, out
+        assert "# my edit" in converged.ssh("tail -1 /opt/rigup/comfyui/src/nodes.py").stdout
+    finally:
+        converged.ssh("git -C /opt/rigup/comfyui/src checkout -- nodes.py")
+
+
+@pytest.mark.skipif(not COMFYUI, reason=NO_COMFYUI)
+def test_comfyui_highvram_by_hand_fails_clearly_then_converge_repairs_it(converged):
+    converged.ssh(
+        "sed -i 's| --cpu| --cpu --highvram|' /etc/systemd/system/comfyui.service && "
+        "systemctl daemon-reload"
+    )
+    test = "test_unit_runs_the_rendered_command_in_the_media_mode"
+    broken = _infra("-k", test)
+    assert broken.rc != 0 and "comfyui.service passes --highvram" in broken.detail["output"]
+    assert scenario.converge().ok
+    assert _infra("-k", test).ok, "converge did not repair the unit"

@@ -98,7 +98,7 @@ def seed_comfyui_mirror(machine: LabMachine) -> StepResult:
     mirror = comfyui_mirror()
     if mirror is None:
         why = f"no ComfyUI mirror (set {COMFYUI_MIRROR_ENV} to a git mirror of ComfyUI)"
-        return StepResult("comfyui mirror", 0, 0.0, {"skipped": why})
+        return StepResult("comfyui src", 0, 0.0, {"skipped": why})
     base = runpy.run_path(str(REPO / "inventory" / "group_data" / "all.py"))["comfyui_commit"]
     git_dir = mirror / ".git" if (mirror / ".git").is_dir() else mirror
     with tempfile.TemporaryDirectory(prefix="rigup-comfyui-") as tmp:
@@ -130,7 +130,7 @@ def seed_comfyui_mirror(machine: LabMachine) -> StepResult:
     (machine.cfg.state_dir / "comfyui-commit").write_text(commit + "\n")
     size = sum(f.stat().st_size for f in mirror.rglob("*") if f.is_file())
     detail = {"bytes": size, "commit": commit, "dropped": dropped}
-    return StepResult("comfyui mirror", 0, time.monotonic() - started, detail)
+    return StepResult("comfyui src", 0, time.monotonic() - started, detail)
 
 
 @dataclass
@@ -258,7 +258,7 @@ def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
             line += f"  testinfra: {s.detail.get('summary', '')}"
         if s.name == "seed mirror":
             line += f"  constructed checkpoint, {s.detail['bytes'] / 1e6:.1f} MB"
-        if s.name == "comfyui mirror":  # issue 4
+        if s.name == "comfyui src":  # issue 4
             line += f"  ComfyUI git mirror, {s.detail['bytes'] / 1e6:.1f} MB"
             if s.detail["dropped"]:
                 line += (

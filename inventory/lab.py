@@ -13,6 +13,7 @@ from lab.scenario import (
     LAB_MODEL_MIRROR,
     comfyui_mirror,
     lab_comfyui_commit,
+    lab_comfyui_port,
 )
 
 _cfg = LabConfig.from_env()
@@ -38,6 +39,7 @@ lab = [
             # the pinned commit, or the lab's own commit on top of it when the mirror lacks blobs
             **({"comfyui_commit": _comfyui_commit} if _comfyui_commit else {}),
             "comfyui_cpu": True,  # --cpu: the lab has no GPU
+            "comfyui_port": lab_comfyui_port(_cfg),  # labs share the host's network
             "comfyui_models": [],  # FLUX.2 Dev / LTX-2.3 are tens of GB: not in the lab
             "rigup_mode": "media",
         },

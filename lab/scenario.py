@@ -35,6 +35,18 @@ LAB_COMFYUI_MIRROR = "/srv/mirror/ComfyUI.git"
 COMFYUI_MIRROR_ENV = "RIGUP_COMFYUI_MIRROR"
 
 
+def lab_comfyui_port(cfg) -> int:
+    """ComfyUI's port in the lab machine of ``cfg`` (a :class:`lab.machine.LabConfig`).
+
+    Lab machines share the controller's network namespace, so two labs (a user's and the test
+    suite's, or two checkouts') must not both listen on 8188: the port moves with the SSH port,
+    ``8188 + 10 x (ssh_port - 2222)`` (8188 for the default lab, 8198 for the suite's 2223).
+    Measured: with one port for all, a second lab's wait-ready took the first lab's ComfyUI as
+    its own.
+    """
+    return 8188 + 10 * (cfg.ssh_port - 2222)
+
+
 def comfyui_mirror() -> Path | None:
     """The controller's ComfyUI git mirror named by ``$RIGUP_COMFYUI_MIRROR``, or None if unset.
 

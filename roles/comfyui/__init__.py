@@ -8,9 +8,9 @@ rigup_etc_dir, rigup_state_dir, uv_cache_dir, nvidia_gpu_count. Layout
   a local mirror path for rigs behind a firewall and for the lab); root-owned, read-only to the
   service. A checkout with local changes is never reset: the run stops and names them.
 - ``<prefix>/comfyui/venv``: built by uv from files/comfyui/requirements.lock (hash-pinned).
-- ``comfyui_base_dir`` (``--base-directory``): models/, custom_nodes/, input/, output/, user/,
-  temp/, owned by the service user. rigup creates the directories and never touches what is in
-  custom_nodes/, input/, output/ or user/; model files are links into the model store.
+- ``comfyui_base_dir`` (``--base-directory``): models/, custom_nodes/, input/, output/, user/
+  (and ComfyUI's own temp/), owned by the service user. rigup creates the directories and never
+  touches what is in them; model files are links into the model store.
 - ``comfyui.service``: hardened, part of the media mode (roles/modes), counted as started once
   ``GET /system_stats`` answers. Its flags are checked by the pinned ComfyUI's own parser.
 """

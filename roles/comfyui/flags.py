@@ -19,8 +19,8 @@ def comfyui_dirs(data: Mapping[str, Any] | Any) -> dict[str, str]:
     "env_file", "args_file", "home", "base", "database", "unit"}``.
 
     ``src`` is the git checkout (root-owned, read-only to the service); ``base`` is
-    ``--base-directory`` (models, custom_nodes, input, output, user, temp; owned by the service
-    user); ``home`` holds caches (torch, Hugging Face) outside the user's tree.
+    ``--base-directory`` (models, custom_nodes, input, output, user and ComfyUI's own temp;
+    owned by the service user); ``home`` holds caches (torch, Hugging Face) outside the user's tree.
     """
     prefix = str(data.get("rigup_prefix")).rstrip("/")
     etc = str(data.get("rigup_etc_dir")).rstrip("/")
@@ -45,8 +45,10 @@ def comfyui_dirs(data: Mapping[str, Any] | Any) -> dict[str, str]:
 
 
 #: Sub-directories of --base-directory that ComfyUI reads and writes (folder_paths.py of the
-#: pinned release). rigup creates them and never touches what is inside.
-BASE_SUBDIRS = ("models", "custom_nodes", "input", "output", "user", "temp")
+#: pinned release). rigup creates them and never touches what is inside. temp/ is left to
+#: ComfyUI: main.py deletes it at exit and creates it at start (cleanup_temp), so managing it
+#: would make every deploy outside the media mode re-create it (measured in the lab).
+BASE_SUBDIRS = ("models", "custom_nodes", "input", "output", "user")
 
 
 def main_args(data: Mapping[str, Any] | Any) -> list[str]:

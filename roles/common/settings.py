@@ -228,12 +228,18 @@ def _git_source(value: Any) -> str | None:
     return None
 
 
-def _name_list(value: Any) -> str | None:
+def _manifest_list(value: Any) -> str | None:
+    """Model manifest references: names (files/model/manifests/<name>.toml) or absolute .toml
+    paths on the controller (issue 5's manifest format, for tests and labs)."""
     problem = _str_list(value)
     if problem:
         return problem
-    bad = [v for v in value if not _SAFE_NAME.match(v)]
-    return f"has invalid names: {bad}" if bad else None
+    bad = [
+        v
+        for v in value
+        if not (_SAFE_NAME.match(v) or (v.endswith(".toml") and _abs_path(v) is None))
+    ]
+    return f"has invalid names (a manifest name or an absolute .toml path): {bad}" if bad else None
 
 
 RULES.update(
@@ -258,7 +264,7 @@ RULES.update(
         "comfyui_extra_args": _str_list,
         "comfyui_start_timeout_s": _integer(10, 24 * 3600),
         "comfyui_env": _env_mapping,
-        "comfyui_models": _name_list,
+        "comfyui_models": _manifest_list,
     }
 )
 

@@ -213,7 +213,8 @@ def test_mode_switch_with_real_systemd(converged):
     if COMFYUI:
         # rigup-mode returns once ComfyUI's ExecStartPost saw GET /system_stats answer
         assert _active(lab, "comfyui.service") == "active"
-        stats = json.loads(lab.ssh("curl -fsS http://127.0.0.1:8188/system_stats").stdout)
+        port = scenario.lab_comfyui_port(lab.cfg)
+        stats = json.loads(lab.ssh(f"curl -fsS http://127.0.0.1:{port}/system_stats").stdout)
         assert stats["devices"][0]["type"] == "cpu"
         # starting a media service directly switches the mode too (Requires= its target)
         lab.ssh("rigup-mode llm && systemctl start comfyui.service")

@@ -229,6 +229,8 @@ def test_oversubscribed_budget_is_refused_on_the_lab_before_any_change(converged
         "inventory/lab.py",
         "deploys/full.py",
         "--data",
+        "comfyui_install=True",  # also where the lab leaves ComfyUI out (no mirror)
+        "--data",
         "comfyui_cpu=False",
         "--data",
         "voxcpm_vram_gib=8.0",

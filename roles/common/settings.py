@@ -297,8 +297,18 @@ def _modes_consistency(values: Mapping[str, Any], data: Mapping[str, Any] | Any)
             "comfyui_base_dir: must be a directory of its own (it holds user outputs), not "
             f"{values['comfyui_base_dir']}"
         )
+    # The VoxCPM2 keys belong to its role's rules; until those are merged, check their types
+    # here so that the budget below never sees a value it cannot add up.
     voxcpm = {k: data.get(k) for k in ("voxcpm_vram_gib", "voxcpm_gpu_index", "voxcpm_install")}
-    problems.extend(budget_problems({**voxcpm, **values}))
+    for key, check in (
+        ("voxcpm_vram_gib", _number(0.0, 1024.0)),
+        ("voxcpm_gpu_index", _integer(0, 15)),
+    ):
+        problem = None if voxcpm[key] is None else check(voxcpm[key])
+        if problem and key not in RULES:
+            problems.append(f"{key}: {problem}")
+    if not problems:
+        problems.extend(budget_problems({**voxcpm, **values}))
     return problems
 
 

@@ -179,3 +179,8 @@ def test_switch_command_renders_to_valid_sh(tmp_path):
     path.chmod(0o755)
     bad = subprocess.run([str(path), "turbo"], capture_output=True, text=True)
     assert bad.returncode == 2 and "usage: rigup-mode [llm|media]" in bad.stderr
+
+
+def test_a_bad_voxcpm_value_is_named_not_crashed_on(settings):
+    settings["voxcpm_vram_gib"] = "eight"
+    assert validate(settings) == ["voxcpm_vram_gib: must be a number, got 'eight'"]

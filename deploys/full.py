@@ -7,9 +7,11 @@ from roles.base import base
 from roles.comfyui import comfyui  # issue 4
 from roles.model import model
 from roles.modes import modes  # issue 4
+from roles.nvidia import nvidia
 from roles.vllm import vllm
 
 base()  # apt baseline, directories, pinned uv
+nvidia()  # driver + CUDA toolkit, persistence + power limit at boot, NVLink verified
 model()  # the LLM checkpoint, placed and patched for text-only serving
 vllm()  # vLLM 0.22.1 venv, flags checked by vLLM's parser, systemd service
 # --- issue 4: ComfyUI, then the GPU modes (last: it starts the mode whose services are linked) ---

@@ -10,7 +10,6 @@ mode.
 from lab.machine import LabConfig
 from lab.scenario import (
     LAB_COMFYUI_MIRROR,
-    LAB_MODEL_MIRROR,
     comfyui_mirror,
     lab_comfyui_commit,
     lab_comfyui_port,
@@ -30,7 +29,6 @@ lab = [
             "ssh_known_hosts_file": str(_cfg.known_hosts),
             "ssh_strict_host_key_checking": "yes",
             "nvidia_gpu_count": 0,  # no GPU in the lab: services installed, not started
-            "model_local_path": LAB_MODEL_MIRROR,  # constructed checkpoint pushed by the lab
             # --- issue 4: ComfyUI on the CPU from the pushed git mirror, media mode at boot ---
             # Without a mirror on the controller ($RIGUP_COMFYUI_MIRROR) ComfyUI is left out and
             # its tests skip, saying so; the mode targets are converged and switched either way.

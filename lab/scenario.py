@@ -23,7 +23,8 @@ from lab.machine import LabMachine
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-#: Where the lab keeps its "mirror" of the checkpoint (inventory/lab.py points model_local_path here).
+#: Where the lab keeps its "mirror" of the checkpoint: under /srv/mirror (model_local_dirs), named
+#: after the repository, as `hf download --local-dir` or a NAS copy would be.
 LAB_MODEL_MIRROR = "/srv/mirror/Qwen3.6-27B-int4-AutoRound"
 
 # --- ComfyUI mirror (issue 4) -------------------------------------------------------------------
@@ -250,6 +251,33 @@ def verify(inventory: str = "inventory/lab.py", extra: list[str] | None = None) 
     )
 
 
+# --- Models (issue 5) ---
+def format_transfer(report: dict) -> str:
+    """One summary line from a model transfer report (files/model/model_fetch.py's JSON)."""
+    where = report["dest"].rstrip("/").split("/")
+    name = f"{where[-2]}@{where[-1]}" if len(where) > 1 else report["dest"]
+    moved = report.get("bytes_transferred", 0)
+    rate = f", {report['rate_mb_s']} MB/s" if report.get("rate_mb_s") else ""
+    source = (
+        f" from {report['from']} ({report.get('layout', report.get('source'))})"
+        if report.get("from")
+        else ""
+    )
+    return f"model {name}: {report['status']}{source}, {moved:,} B moved in {report['seconds']} s{rate}"
+
+
+def model_transfer_lines(machine: LabMachine) -> list[str]:
+    """The last transfer of each placed model on the machine (/var/lib/rigup/model/*@*.json)."""
+    proc = machine.ssh("cat /var/lib/rigup/model/*@*.json 2>/dev/null", check=False)
+    lines = []
+    for raw in proc.stdout.splitlines():
+        try:
+            lines.append(format_transfer(json.loads(raw)))
+        except (ValueError, KeyError):
+            continue
+    return lines
+
+
 def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
     """The closing summary of ``python -m lab converge``: what was converged and verified."""
     out = ["", "== rigup lab summary =="]
@@ -278,6 +306,7 @@ def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
                     + ", ".join(s.detail["dropped"])
                 )
         out.append(line)
+    out.extend(model_transfer_lines(machine))  # --- Models (issue 5) ---
     cfg = machine.cfg
     out.append(
         f"lab machine {cfg.name}: ssh -i {cfg.ssh_key} -p {cfg.ssh_port} root@127.0.0.1 "

@@ -32,6 +32,39 @@ base_apt_packages = [
 ]
 uv_version = "0.13.9"  # PyPI: latest uv on 2026-11-30; builds every venv from a committed lock
 
+# --- NVIDIA driver, CUDA toolkit, power limit, NVLink (roles/nvidia) -----------------------------
+# Install path of the driver, one per host, never both (a host with both is refused):
+#   "ubuntu":      Ubuntu's archive, nvidia-driver-<branch>-open with Canonical's prebuilt, signed
+#                  linux-modules-nvidia-<branch>-open-<flavour> (works with Secure Boot, no DKMS)
+#   "nvidia-repo": NVIDIA's CUDA apt repository for ubuntu2604 (cuda-keyring, DKMS-built modules:
+#                  with Secure Boot on they need a MOK you enroll; rigup stops with the steps)
+nvidia_install_path = "ubuntu"
+# 580 or newer: vLLM 0.22.1's wheels are built for CUDA 13, and CUDA 13.0 needs an R580 driver
+# (CUDA 13.0 release notes, minimum driver 580). Ubuntu 26.04 ships 580.178.04 (archive, 2026-11).
+nvidia_driver_branch = 580
+# NVIDIA repo path only: the repository and its keyring package, whose sha256 you must pin here
+# (download it once from a trusted network and run sha256sum; rigup refuses the path without it).
+nvidia_cuda_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2604/x86_64"
+nvidia_cuda_keyring_deb = "cuda-keyring_1.1-1_all.deb"
+nvidia_cuda_keyring_sha256 = ""
+# CUDA toolkit (nvcc, headers, cudart) for JIT-compiled kernels, from NVIDIA's PyPI wheels in a
+# locked venv (files/nvidia/cuda-toolkit.lock): the same CUDA 13.0 as vLLM 0.22.1's torch (cu130),
+# the same on both install paths, and it never touches the driver's apt packages.
+cuda_toolkit_version = "13.0.2"
+nvidia_persistence_mode = True  # seed: persistence mode on, at boot (nvidia-persistenced)
+# seed: 290 W on each 3090 (350 W stock; boards allow 350-450 W max). None = each card's default.
+nvidia_power_limit_w = 290
+# seed: an NVLink bridge. True: vLLM does not start unless the links are verified at boot.
+# False: without verified links vLLM runs tensor parallel over PCIe with P2P and custom
+# all-reduce off (seed: works, loses prefill speed).
+nvlink_required = True
+nvlink_expected_links = 4  # links per GPU: a 3090 bridge has 4 (nvidia-smi nvlink -s, topo: NV4)
+nvlink_link_gbps = 14.062  # GB/s per link and direction on a 3090 (nvidia-smi nvlink -s)
+# Reboot the host when the driver needs it (new driver, nouveau, version mismatch); never done
+# for @local (the controller itself): the run stops and asks you to reboot.
+nvidia_reboot_allowed = True
+nvidia_reboot_timeout_s = 900  # seconds to wait for the host to come back (slow BIOS POST + ECC)
+
 # --- vLLM -----------------------------------------------------------------------------------------
 vllm_version = "0.22.1"  # seed; files/vllm/requirements.lock pins it and every dependency
 vllm_user = "vllm"  # non-root service user
@@ -59,16 +92,30 @@ vllm_extra_args = []  # more `vllm serve` flags, checked by vLLM's own parser li
 vllm_start_timeout_s = 1800  # model load + torch.compile + CUDA graphs: 3090 owners report 5-15 min
 vllm_env = {}  # extra environment for the service (e.g. {"VLLM_LOGGING_LEVEL": "DEBUG"})
 
-# --- The LLM checkpoint -------------------------------------------------------------------------
-model_store_dir = (
-    "/srv/rigup/models"  # one versioned directory per model: <store>/<name>/<revision>
+# --- Models (issue 5): manifests, sources, store, backup -----------------------------------------
+# Every model (the LLM, ComfyUI's, VoxCPM2's) is described by a manifest in files/model/manifests/
+# (format: docs/models.md) and placed in <model_store_dir>/<name>/<revision>, verified (size,
+# sha256) and renamed into place; a placed revision is never overwritten or deleted.
+model_store_dir = "/srv/rigup/models"
+model_llm_manifest = "qwen3.6-27b-int4-autoround"  # the LLM vLLM serves (a manifest name)
+# Where models come from, tried in this order per model; the first that provides it wins:
+#   "local": a copy under model_local_dirs (a backup disk, a NAS, a mirror, an `hf download` cache)
+#   "huggingface": huggingface_hub at the manifest's pinned commit (locked manifests only)
+#   "modelscope": modelscope snapshot_download, files checked against the manifest's sha256
+model_sources = ["local", "huggingface"]
+# Roots the local source searches for <root>/<name>/<revision> (a rigup store or backup),
+# <root>/<name>, <root>/<repo basename> and a Hugging Face cache <root>/models--<org>--<repo>.
+model_local_dirs = ["/srv/mirror"]
+model_local_link = (
+    "copy"  # "hardlink": same filesystem only; the copy then shares the source inodes
 )
-model_name = "qwen3.6-27b-int4-autoround"  # directory name in the store
-model_revision = "mirror-2026-11"  # version label of the copy (a hub commit once downloads land)
-# Where the checkpoint comes from. "local": a directory on the target (a backup disk, a NAS mount,
-# a mirror). Hugging Face / ModelScope sources come with the model-acquisition work.
-model_source = "local"
-model_local_path = "/srv/mirror/Qwen3.6-27B-int4-AutoRound"
+hf_endpoint = ""  # "" = https://huggingface.co; a mirror, e.g. "https://hf-mirror.com" (China)
+hf_token_env = "HF_TOKEN"  # controller env var with the token; stored 0600 on the host, never shown
+modelscope_endpoint = ""  # "" = ModelScope's default endpoint (modelscope's own)
+modelscope_token_env = "MODELSCOPE_API_TOKEN"  # as hf_token_env, for ModelScope
+model_replace_mismatched = False  # True: replace placed files that do not match (old ones kept)
+model_backup_dir = ""  # deploys/model_backup.py copies the store here (a backup disk, a NAS)
+model_tool_python = "python3"  # interpreter of the model tool venv (huggingface_hub >= 3.9)
 
 # --- GPU modes and VRAM budget (issue 4) ----------------------------------------------------------
 # vLLM at TP=2 fills both cards, so the rig runs one mode at a time: "llm" (rigup-llm.target:
@@ -94,7 +141,7 @@ comfyui_user = "comfyui"  # non-root service user; owns comfyui_base_dir
 comfyui_python = "python3"  # interpreter for the venv; ComfyUI v0.8.0: requires-python >=3.10
 comfyui_host = "127.0.0.1"  # loopback by default (--listen); ComfyUI has no authentication
 comfyui_port = 8188  # ComfyUI's default --port
-# --base-directory: models/, custom_nodes/, input/, output/, user/, temp/ (user files live here)
+# --base-directory: models/, custom_nodes/, input/, output/, user/ (user files live here)
 comfyui_base_dir = "/srv/rigup/comfyui"
 comfyui_cpu = False  # True: --cpu (no GPU; slow): the lab runs ComfyUI this way
 comfyui_gpu_index = 0  # --cuda-device in media mode (VoxCPM2 takes the other card)
@@ -106,5 +153,7 @@ comfyui_extra_args = []  # more flags, checked by the pinned ComfyUI's own parse
 #                          --highvram/--gpu-only on 24 GB cards (refused)
 comfyui_start_timeout_s = 600  # import of torch + custom nodes until GET /system_stats answers
 comfyui_env = {}  # extra environment for the service
-# Model manifests (files/comfyui/models/<name>.json) placed into comfyui_base_dir/models.
+# Model manifests placed in the store and linked into comfyui_base_dir/models/<folder>:
+# "flux2-dev" (files/model/manifests/flux2-dev.toml) and "ltx-2.3" (four manifests, see
+# roles/comfyui COMFYUI_MODEL_SETS); any manifest name or absolute .toml path works too.
 comfyui_models = ["flux2-dev", "ltx-2.3"]

@@ -40,6 +40,7 @@ from roles.comfyui.flags import (
 from roles.common.operations import check_passes, fingerprint, uv_venv_synced
 from roles.common.paths import Paths
 from roles.common.settings import require_valid_settings
+from roles.model import link_model_files, place_model
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import MODES, SERVICE_MODES
 
@@ -134,27 +135,13 @@ def git_checkout_pinned(path: str, url: str, commit: str, version_check: str | N
 
 
 def _place_models(data, models_dir: str) -> None:
-    """Place the model manifests of ``comfyui_models`` and link each file into ComfyUI's
-    ``models/<folder>/``.
-
-    INTEGRATION POINT (issue 5): ``roles.model.place_model`` and ``link_model_files`` are the
-    model machinery's API (its spec: manifests in files/model/manifests/*.toml, store placement
-    verified by size/sha256, ``<into>/<dest>`` symlinks). Until that lands on this branch the
-    run says that models are not placed, and ComfyUI starts with empty model folders.
-    """
-    wanted = [m for key in data.comfyui_models for m in COMFYUI_MODEL_SETS.get(key, (key,))]
-    if not wanted:
-        return
-    try:
-        from roles.model import link_model_files, place_model
-    except ImportError:
-        logger.warning(
-            f"[{host.name}] ComfyUI: models {', '.join(wanted)} not placed: this rigup has no "
-            "model machinery (roles.model.place_model, issue 5) yet"
-        )
-        return
-    for name in wanted:
-        link_model_files(place_model(name), into=models_dir)
+    """Place the model manifests of ``comfyui_models`` in the model store (verified, atomic:
+    roles.model.place_model) and link each file into ComfyUI's ``models/<folder>/``
+    (roles.model.link_model_files; the manifest's ``dest`` names the folder). ComfyUI follows
+    the links; the store stays the one copy, root-owned and read-only to the service."""
+    for key in data.comfyui_models:
+        for name in COMFYUI_MODEL_SETS.get(key, (key,)):
+            link_model_files(place_model(name), into=models_dir)
 
 
 @deploy("ComfyUI")

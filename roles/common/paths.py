@@ -8,9 +8,13 @@ from typing import Any
 
 
 def model_dir(data: Any) -> str:
-    """Absolute path of the placed checkpoint: ``<model_store_dir>/<model_name>/<model_revision>``."""
-    store = str(data.get("model_store_dir")).rstrip("/")
-    return f"{store}/{data.get('model_name')}/{data.get('model_revision')}"
+    """Absolute path of the placed LLM: ``<model_store_dir>/<name>/<revision>`` of the manifest
+    ``model_llm_manifest`` (files/model/manifests/). Raises ``ManifestError`` for a bad one."""
+    from roles.model.manifest import load_manifest, store_path  # roles.model imports Paths
+
+    return store_path(
+        str(data.get("model_store_dir")), load_manifest(data.get("model_llm_manifest"))
+    )
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,18 @@ class Paths:
     model_dir: str
     model_config: str
     model_config_original: str
+    model_tool_root: str
+    model_tool_venv: str
+    model_tool_python: str
+    model_tool_lock: str
+    model_tool_bin: str
+    model_fetch: str
+    model_etc: str
+    model_manifests_dir: str
+    model_secrets_dir: str
+    hf_token_file: str
+    modelscope_token_file: str
+    model_reports: str
 
     @classmethod
     def from_data(cls, data: Any) -> Paths:
@@ -69,4 +85,16 @@ class Paths:
             model_dir=mdir,
             model_config=f"{mdir}/config.json",
             model_config_original=f"{mdir}/config.json.rigup-orig",
+            model_tool_root=f"{prefix}/model",
+            model_tool_venv=f"{prefix}/model/venv",
+            model_tool_python=f"{prefix}/model/venv/bin/python",
+            model_tool_lock=f"{prefix}/model/requirements.lock",
+            model_tool_bin=f"{prefix}/model/bin",
+            model_fetch=f"{prefix}/model/bin/model_fetch.py",
+            model_etc=f"{etc}/model",
+            model_manifests_dir=f"{etc}/model/manifests",
+            model_secrets_dir=f"{etc}/model/secrets",
+            hf_token_file=f"{etc}/model/secrets/hf-token",
+            modelscope_token_file=f"{etc}/model/secrets/modelscope-token",
+            model_reports=f"{state}/model",
         )

@@ -40,8 +40,14 @@ VLLM_KV_CACHE_DTYPES = (
 #: Text-only serving methods (docs/text-only.md).
 TEXT_ONLY_METHODS = ("language_model_only", "strip_vision_config")
 
-#: Model sources this release can place (Hugging Face / ModelScope arrive with model acquisition).
-MODEL_SOURCES = ("local",)
+#: Install paths of the NVIDIA driver (inventory/group_data/all.py explains each).
+NVIDIA_INSTALL_PATHS = ("ubuntu", "nvidia-repo")
+
+#: Settings that may be None (meaning: the documented default behaviour).
+OPTIONAL_KEYS = ("vllm_speculative_config", "nvidia_power_limit_w")
+
+#: Model sources (roles/model, files/model/model_fetch.py).
+MODEL_SOURCES = ("local", "huggingface", "modelscope")
 
 _UNIX_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -105,6 +111,33 @@ def _abs_path(value: Any) -> str | None:
     return None
 
 
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"must be True or False, got {value!r}"
+
+
+def _driver_branch(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 100 <= value <= 9999:
+        return f"must be a driver branch number such as 580, got {value!r}"
+    if value < 580:
+        return (
+            f"{value} is too old: vLLM 0.22.1's CUDA 13 wheels need an R580 or newer driver "
+            "(CUDA 13.0 minimum driver 580)"
+        )
+    return None
+
+
+def _sha256_or_empty(value: Any) -> str | None:
+    if value == "" or (isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value)):
+        return None
+    return f"must be a sha256 (64 lowercase hex digits) or '', got {value!r}"
+
+
+def _https_url(value: Any) -> str | None:
+    if not isinstance(value, str) or not re.match(r"^https://[A-Za-z0-9.-]+(/[\w./%+-]*)?$", value):
+        return f"must be an https:// URL, got {value!r}"
+    return None
+
+
 def _host_address(value: Any) -> str | None:
     if not isinstance(value, str) or not re.match(r"^[A-Za-z0-9.:_-]+$", value):
         return f"must be an IP address or host name to bind, got {value!r}"
@@ -153,6 +186,58 @@ def _speculative_config(value: Any) -> str | None:
     return None
 
 
+# --- Models (issue 5) ---
+def _model_sources(value: Any) -> str | None:
+    problem = _str_list(value)
+    if problem:
+        return problem
+    if not value:
+        return f"must name at least one of {', '.join(MODEL_SOURCES)}"
+    bad = [v for v in value if v not in MODEL_SOURCES]
+    if bad or len(set(value)) != len(value):
+        return f"must be distinct values of {', '.join(MODEL_SOURCES)}; got {list(value)!r}"
+    return None
+
+
+def _abs_path_list(value: Any) -> str | None:
+    problem = _str_list(value)
+    if problem:
+        return problem
+    return next((f"{v!r}: {p}" for v in value if (p := _abs_path(v))), None)
+
+
+def _abs_path_or_empty(value: Any) -> str | None:
+    return None if value == "" else _abs_path(value)
+
+
+def _url_or_empty(value: Any) -> str | None:
+    if value == "":
+        return None
+    if not isinstance(value, str) or not re.match(
+        r"^https?://[A-Za-z0-9.:\[\]_-]+(/[\w./~%-]*)?$", value
+    ):
+        return f"must be empty or an http(s) URL such as https://hf-mirror.com, got {value!r}"
+    return None
+
+
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"must be True or False, got {value!r}"
+
+
+def _manifest_ref(value: Any) -> str | None:
+    if not isinstance(value, str) or not (value.startswith("/") or _SAFE_NAME.match(value)):
+        return (
+            f"must be a manifest name (files/model/manifests/<name>.toml) or a path, got {value!r}"
+        )
+    from roles.model.manifest import ManifestError, load_manifest
+
+    try:
+        load_manifest(value)
+    except ManifestError as exc:
+        return " ".join(str(exc).split())
+    return None
+
+
 #: key -> (check, source). The source is quoted in error messages so a user knows what to look at.
 RULES: dict[str, Check] = {
     "nvidia_gpu_count": _integer(0, 16),
@@ -183,10 +268,37 @@ RULES: dict[str, Check] = {
     "vllm_start_timeout_s": _integer(30, 24 * 3600),
     "vllm_env": _env_mapping,
     "model_store_dir": _abs_path,
-    "model_name": _matches(_SAFE_NAME, "a directory name of letters, digits, '.', '_' and '-'"),
-    "model_revision": _matches(_SAFE_NAME, "a directory name of letters, digits, '.', '_' and '-'"),
-    "model_source": _choice(MODEL_SOURCES),
-    "model_local_path": _abs_path,
+    # --- Models (issue 5) ---
+    "model_llm_manifest": _manifest_ref,
+    "model_sources": _model_sources,
+    "model_local_dirs": _abs_path_list,
+    "model_local_link": _choice(("copy", "hardlink")),
+    "hf_endpoint": _url_or_empty,
+    "hf_token_env": _matches(_ENV_NAME, "an environment variable name such as HF_TOKEN"),
+    "modelscope_endpoint": _url_or_empty,
+    "modelscope_token_env": _matches(_ENV_NAME, "an environment variable name"),
+    "model_replace_mismatched": _boolean,
+    "model_backup_dir": _abs_path_or_empty,
+    "model_tool_python": _matches(
+        re.compile(r"^(/[\w./+-]+|python3(\.\d+)?)$"), "python3, python3.X or an absolute path"
+    ),
+    # --- NVIDIA layer (roles/nvidia) ---
+    "nvidia_install_path": _choice(NVIDIA_INSTALL_PATHS),
+    "nvidia_driver_branch": _driver_branch,
+    "nvidia_cuda_repo_url": _https_url,
+    "nvidia_cuda_keyring_deb": _matches(
+        re.compile(r"^cuda-keyring_[\w.+~-]+_all\.deb$"),
+        "a cuda-keyring_<version>_all.deb file name",
+    ),
+    "nvidia_cuda_keyring_sha256": _sha256_or_empty,
+    "cuda_toolkit_version": _matches(_VERSION, "a release number such as 13.0.2"),
+    "nvidia_persistence_mode": _boolean,
+    "nvidia_power_limit_w": _integer(50, 1000),
+    "nvlink_required": _boolean,
+    "nvlink_expected_links": _integer(1, 18),
+    "nvlink_link_gbps": _number(0.0, 1000.0, lo_open=True),
+    "nvidia_reboot_allowed": _boolean,
+    "nvidia_reboot_timeout_s": _integer(60, 7200),
 }
 
 
@@ -335,10 +447,25 @@ def _consistency(data: Mapping[str, Any]) -> list[str]:
             f"vllm_extra_args: {', '.join(clash)} is set by its own setting "
             "(vllm_port, vllm_host, ...); set it there instead"
         )
-    if data["model_local_path"].rstrip("/").startswith(data["model_store_dir"].rstrip("/") + "/"):
+    # --- Models (issue 5) ---
+    store = data["model_store_dir"].rstrip("/") + "/"
+    for root in data["model_local_dirs"]:
+        if (root.rstrip("/") + "/").startswith(store) or store.startswith(root.rstrip("/") + "/"):
+            problems.append(
+                f"model_local_dirs: {root} and model_store_dir {data['model_store_dir']} must "
+                "not contain one another (the store is where models are placed, not a source)"
+            )
+    backup = data["model_backup_dir"].rstrip("/") + "/"
+    if data["model_backup_dir"] and (backup.startswith(store) or store.startswith(backup)):
         problems.append(
-            "model_local_path: the source must not lie inside model_store_dir "
-            f"({data['model_local_path']} is under {data['model_store_dir']})"
+            f"model_backup_dir: {data['model_backup_dir']} and model_store_dir must not contain "
+            "one another (a backup belongs on another disk)"
+        )
+    if data["nvidia_install_path"] == "nvidia-repo" and not data["nvidia_cuda_keyring_sha256"]:
+        problems.append(
+            "nvidia_cuda_keyring_sha256: the nvidia-repo install path needs the sha256 of "
+            f"{data['nvidia_cuda_keyring_deb']} pinned (download it once from "
+            f"{data['nvidia_cuda_repo_url']}/ on a trusted network, run sha256sum, set it here)"
         )
     return problems
 
@@ -353,8 +480,9 @@ def validate(data: Mapping[str, Any] | Any) -> list[str]:
     problems: list[str] = []
     for key, check in RULES.items():
         value = data.get(key)
-        if value is None and key != "vllm_speculative_config":
-            problems.append(f"{key}: missing (set it in inventory/group_data/all.py)")
+        if value is None:
+            if key not in OPTIONAL_KEYS:
+                problems.append(f"{key}: missing (set it in inventory/group_data/all.py)")
             continue
         problem = check(value)
         if problem:

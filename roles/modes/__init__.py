@@ -23,7 +23,6 @@ from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import FactBase, deploy, operation
-from pyinfra.facts.server import Which
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
@@ -57,15 +56,18 @@ def mode_services(data) -> dict[str, list[str]]:
 def gpu_hold_back_reason(data) -> str | None:
     """Why a GPU service cannot run on the current host, or None when it can.
 
-    It can when the host declares GPUs (``nvidia_gpu_count`` > 0) and has the NVIDIA driver
-    (``nvidia-smi`` on PATH). Reads the ``Which`` fact, so call it inside a deploy.
+    It can where :func:`roles.nvidia.driver_usable` says so: the host declares GPUs
+    (``nvidia_gpu_count`` > 0) and has the NVIDIA driver (``nvidia-smi`` on PATH) or gets it in
+    this run. Reads facts, so call it inside a deploy.
     """
+    from roles.nvidia import driver_usable
+
     gpus = data.get("nvidia_gpu_count")
+    if driver_usable(gpus):
+        return None
     if gpus == 0:
         return "this host declares no NVIDIA GPUs (nvidia_gpu_count = 0)"
-    if not host.get_fact(Which, command="nvidia-smi"):
-        return f"it declares {gpus} GPU(s) but has no NVIDIA driver (no nvidia-smi on PATH)"
-    return None
+    return f"it declares {gpus} GPU(s) but has no NVIDIA driver (no nvidia-smi on PATH)"
 
 
 class ModeTargets(FactBase):

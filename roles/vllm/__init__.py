@@ -25,6 +25,7 @@ from roles.common.settings import require_valid_settings
 from roles.common.urls import local_probe_url
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import MODES, SERVICE_MODES
+from roles.nvidia import NvidiaPaths, cuda_env
 from roles.vllm.flags import exec_start, serve_args, service_env
 
 FILES = Path(__file__).resolve().parents[2] / "files"
@@ -92,6 +93,7 @@ def vllm() -> None:
     # A rebuilt venv is a different vLLM as far as the checks below are concerned: forget their
     # earlier verdicts so they run again against the new one.
     stamps = [f"{p.checks}/vllm-args.ok", f"{p.checks}/text-only.ok"]
+    stamps.append(f"{p.checks}/checkpoint-preflight.ok")  # --- Checkpoint preflight (issue 5) ---
     for stamp in stamps:
         files.file(
             name=f"Forget {stamp} (venv rebuilt)", path=stamp, present=False, _if=venv.did_change
@@ -102,6 +104,7 @@ def vllm() -> None:
         "text_only_check.py": FILES / "vllm" / "text_only_check.py",
         "vllm_offline.py": FILES / "vllm" / "vllm_offline.py",
         "wait-ready": FILES / "vllm" / "wait-ready",
+        "checkpoint_preflight.py": FILES / "model" / "checkpoint_preflight.py",  # issue 5
     }
     for name, src in scripts.items():
         mode = "644" if name.endswith("_offline.py") else "755"  # a module, not a command
@@ -130,6 +133,17 @@ def vllm() -> None:
         f"runuser -u {shlex.quote(user)} -- env HOME={shlex.quote(p.vllm_home)} "
         f"TMPDIR={shlex.quote(p.vllm_home)}/tmp HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1"
     )
+    # --- Checkpoint preflight (issue 5): lm_head, vision tensors, weight prefixes ---
+    check_passes(
+        name="Checkpoint preflight with vLLM's model registry (lm_head, vision, weight names)",
+        command=(
+            f"{as_user} {python} {p.vllm_scripts}/checkpoint_preflight.py "
+            f"{shlex.quote(p.model_dir)} --method {method}"
+        ),
+        stamp=stamps[2],
+        key=fingerprint(p.model_dir, method, venv_key, _sha256(scripts["checkpoint_preflight.py"])),
+        what="checkpoint preflight",
+    )
     check_passes(
         name=f"Check the checkpoint is served text-only ({method}) with vLLM's config code",
         command=(
@@ -154,7 +168,7 @@ def vllm() -> None:
         user="root",
         group=user,
         mode="640",
-        env=service_env(data, p.vllm_home),
+        env=service_env(data, p.vllm_home, cuda_env(data)),
     )
     unit = files.template(
         name=f"Unit {UNIT}",
@@ -171,6 +185,7 @@ def vllm() -> None:
         health_url=health_url(data),
         start_timeout_s=data.vllm_start_timeout_s,
         target=TARGET,
+        interconnect_env=NvidiaPaths.from_data(data).interconnect_env,
     )
     systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
 

@@ -43,13 +43,18 @@ def serve_args(data: Mapping[str, Any] | Any) -> list[str]:
     return args
 
 
-def service_env(data: Mapping[str, Any] | Any, home: str) -> dict[str, str]:
+def service_env(
+    data: Mapping[str, Any] | Any, home: str, toolkit: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Environment of the vLLM service (written to a 0640 env file, not the unit).
 
     ``home`` is the service user's state directory; every cache lives below it. Models are read
     offline (HF_HUB_OFFLINE=1) from the placed directory; no telemetry leaves the host.
+    ``toolkit``: CUDA_HOME and PATH of the pinned CUDA toolkit (roles.nvidia.cuda_env), for the
+    kernels FlashInfer and Triton compile at run time. ``vllm_env`` overrides any of these.
     """
     env = {
+        **(toolkit or {}),
         "HOME": home,
         "HF_HOME": f"{home}/huggingface",
         "HF_HUB_OFFLINE": "1",

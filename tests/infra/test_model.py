@@ -1,7 +1,11 @@
-"""model role: the placed checkpoint, its text-only edit, and vLLM's verdict on it."""
+"""model role: the placed checkpoint, its text-only edit, and vLLM's verdict on it; the model
+tool venv, the record of what was placed and the token file (issue 5)."""
 
 import json
+from pathlib import Path
 
+from roles.model import model_fetch
+from roles.model.manifest import load_manifest
 from roles.model.patch import patch_for
 
 
@@ -9,7 +13,8 @@ def test_checkpoint_placed_read_only(host, data, paths):
     d = host.file(paths.model_dir)
     assert d.is_directory, f"no checkpoint at {paths.model_dir}: run deploys/model.py"
     assert d.user == "root", f"{d.path} owned by {d.user}: services must not be able to change it"
-    partial = f"{paths.model_dir}/../.{data.get('model_revision')}.partial"
+    revision = load_manifest(data.get("model_llm_manifest")).revision
+    partial = f"{paths.model_dir.rsplit('/', 1)[0]}/.{revision}.partial"
     assert not host.file(partial).exists, (
         f"an interrupted copy is left at {partial}: re-run deploys/model.py"
     )
@@ -57,3 +62,55 @@ def test_vllm_serves_it_text_only(host, data, paths):
     )
     verdict = json.loads(out.stdout.strip().splitlines()[-1])
     assert verdict["text_only"] is True, f"vLLM's verdict: {verdict.get('reasons')}"
+
+
+# --- Models (issue 5) ---
+def test_placed_copy_matches_its_manifest_and_record(host, data, paths):
+    """Sizes on the host against the manifest and the record written at placement (sha256s are
+    checked at placement and by `model_fetch.py verify`, not here: hashing GBs per test run)."""
+    manifest = load_manifest(data.get("model_llm_manifest"))
+    record_file = host.file(f"{paths.model_dir}/{model_fetch.RECORD}")
+    assert record_file.exists, f"no {model_fetch.RECORD} in {paths.model_dir}: run deploys/model.py"
+    record = json.loads(record_file.content_string)
+    assert record["manifest"]["name"] == manifest.name
+    assert record["files"] and all(len(f["sha256"]) == 64 for f in record["files"])
+    out = host.run(f"cd {paths.model_dir} && find . -type f -printf '%s %P\\n'")
+    sizes = {
+        rel: int(size) for size, _, rel in (line.partition(" ") for line in out.stdout.splitlines())
+    }
+    recorded = {f["dest"]: f for f in record["files"]}
+    bad = model_fetch.size_mismatches(manifest.to_json()["files"], recorded, sizes)
+    assert not bad, f"placed files differ from the manifest/record: {bad}"
+
+
+def test_full_verification_with_sha256(host, paths):
+    out = host.run(
+        f"{paths.model_tool_python} {paths.model_fetch} verify "
+        f"--manifest {paths.model_manifests_dir}/{paths.model_dir.split('/')[-2]}.json "
+        f"--dir {paths.model_dir}"
+    )
+    verdict = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.rc == 0 and verdict["status"] == "ok", f"model_fetch.py verify: {verdict}"
+    assert verdict["sha256_checked"] > 0
+
+
+def test_model_tool_venv_has_the_pinned_libraries(host, paths):
+    out = host.run(
+        f"{paths.model_tool_python} -c 'import huggingface_hub, hf_xet, modelscope; "
+        "print(huggingface_hub.__version__, modelscope.__version__)'"
+    )
+    assert out.rc == 0, f"model tool venv broken ({out.stderr[-300:]}): run deploys/model.py"
+    lock = (Path(__file__).resolve().parents[2] / "files/model/requirements.in").read_text()
+    hub, ms = out.stdout.split()
+    assert f"huggingface_hub=={hub}" in lock and f"modelscope=={ms}" in lock
+
+
+def test_secrets_stay_private(host, paths):
+    d = host.file(paths.model_secrets_dir)
+    assert d.is_directory and d.mode == 0o700 and d.user == "root", (
+        f"{paths.model_secrets_dir} must be root-only (0700): run deploys/model.py"
+    )
+    for path in (paths.hf_token_file, paths.modelscope_token_file):
+        token = host.file(path)
+        if token.exists:
+            assert token.mode == 0o600 and token.user == "root", f"{path} must be 0600 root"

@@ -7,6 +7,7 @@ import pytest
 
 from roles.common.facts import uv_env
 from roles.common.settings import VLLM_KV_CACHE_DTYPES
+from roles.nvidia import NvidiaPaths, cuda_env
 from roles.vllm import health_url
 from roles.vllm.flags import serve_args, service_env
 
@@ -103,8 +104,17 @@ def test_unit_runs_the_rendered_command(host, data, paths):
     for arg in serve_args(data):
         if arg.startswith("--"):
             assert arg in exec_start, f"{UNIT} does not pass {arg}: {exec_start}"
-    assert paths.vllm_env_file in props.get("EnvironmentFiles", ""), (
-        f"{UNIT} does not read {paths.vllm_env_file}: re-run deploys/vllm.py"
+    env_files = [
+        line.split("=", 1)[1]
+        for line in show.stdout.splitlines()
+        if line.startswith("EnvironmentFiles=")
+    ]  # one line per file
+    assert any(f.startswith(f"{paths.vllm_env_file} ") for f in env_files), (
+        f"{UNIT} does not read {paths.vllm_env_file} ({env_files}): re-run deploys/vllm.py"
+    )
+    interconnect = NvidiaPaths.from_data(data).interconnect_env
+    assert f"{interconnect} (ignore_errors=yes)" in env_files, (
+        f"{UNIT} does not read the interconnect environment {interconnect}: re-run deploys/vllm.py"
     )
 
 
@@ -143,7 +153,7 @@ def test_env_file_private_and_complete(host, data, paths):
     lines = dict(
         x.split("=", 1) for x in f.content_string.splitlines() if x and not x.startswith("#")
     )
-    assert lines == service_env(data, paths.vllm_home), (
+    assert lines == service_env(data, paths.vllm_home, cuda_env(data)), (
         f"{f.path} differs from the settings: re-run deploys/vllm.py"
     )
 

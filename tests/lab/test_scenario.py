@@ -180,6 +180,112 @@ def test_model_patch_shows_as_diff_and_is_declarative(converged):
     assert json.loads(converged.ssh(f"cat {config}").stdout) == kept
 
 
+# --- Models (issue 5): bytes per run, token handling, backup -> restore, a Hugging Face cache ---
+LLM_DIR = "/srv/rigup/models/qwen3.6-27b-int4-autoround/mirror-2026-11"
+REPORT = "/var/lib/rigup/model/qwen3.6-27b-int4-autoround@mirror-2026-11.json"
+
+
+def _report(machine) -> dict:
+    return json.loads(machine.ssh(f"cat {REPORT}").stdout)
+
+
+def _model_run(*data: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    args = [a for d in data for a in ("--data", d)]
+    return subprocess.run(
+        [str(scenario.BIN / "pyinfra"), "-y", "-vv", "inventory/lab.py", "deploys/model.py", *args],
+        cwd=scenario.REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_model_bytes_first_and_second_run(converged):
+    """First converge: the whole checkpoint moved; a second real converge moves nothing (the
+    placement is a no-op, the transfer report of the first run stays as it was)."""
+    first = _report(converged)
+    assert first["status"] == "placed" and first["source"] == "local"
+    assert first["bytes_transferred"] == first["bytes_total"] > 0
+    stamp = converged.ssh(f"stat -c %Y.%i {REPORT} {LLM_DIR}").stdout
+    proc = _model_run()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "is placed at" in proc.stdout + proc.stderr
+    assert converged.ssh(f"stat -c %Y.%i {REPORT} {LLM_DIR}").stdout == stamp
+    print(
+        f"\nmodel bytes: first run {first['bytes_transferred']} B in {first['seconds']} s, "
+        "second run 0 B (placement a no-op)"
+    )
+
+
+def test_hf_token_stored_0600_and_never_printed(converged):
+    token = "hf_labTokenNeverPrinted" + os.urandom(8).hex()
+    proc = _model_run(env={"HF_TOKEN": token})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert token not in out and token[3:15] not in out
+    stat = converged.ssh("stat -c '%a %U' /etc/rigup/model/secrets/hf-token").stdout.split()
+    assert stat == ["600", "root"]
+    digest = converged.ssh("sha256sum /etc/rigup/model/secrets/hf-token").stdout.split()[0]
+    assert digest == __import__("hashlib").sha256(token.encode()).hexdigest()
+    again = _model_run(env={"HF_TOKEN": token})
+    assert "Hugging Face token ($HF_TOKEN): /etc/rigup/model/secrets/hf-token is current" in (
+        again.stdout + again.stderr
+    )
+
+
+def test_backup_then_restore_after_a_lost_disk(converged):
+    """The rebuild story: back up the store, lose it (and the mirror), restore from the backup
+    alone; the restored copy passes the model's testinfra checks."""
+    proc = subprocess.run(
+        [
+            str(scenario.BIN / "pyinfra"), "-y", "inventory/lab.py", "deploys/model_backup.py",
+            "--data", "model_backup_dir=/srv/backup",
+        ],
+        cwd=scenario.REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    backup = json.loads(converged.ssh("cat /srv/backup/rigup-backup.json").stdout)
+    assert backup["models"][0]["status"] == "copied"
+    converged.ssh(f"rm -rf /srv/rigup/models && mv {scenario.LAB_MODEL_MIRROR} /srv/mirror.away")
+    try:
+        proc = _model_run('model_local_dirs=["/srv/backup"]')
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        restored = _report(converged)
+        assert restored["layout"] == "rigup store/backup" and restored["from"].startswith(
+            "/srv/backup/"
+        )
+        print(
+            f"\nrestore from backup: {restored['bytes_transferred']} B in {restored['seconds']} s"
+        )
+        assert _infra("-k", "test_model and not vllm_serves").ok
+    finally:
+        converged.ssh(f"mv /srv/mirror.away {scenario.LAB_MODEL_MIRROR}")
+
+
+def test_placed_from_a_hugging_face_cache_resolved_offline(converged, tmp_path):
+    """A copy made with `hf download` (a hub cache) as the source: the target's huggingface_hub
+    resolves the snapshot of the manifest's ref offline and rigup places real files from it."""
+    from lab.checkpoint import build_checkpoint
+    from lab.hf_cache import build_hf_cache
+
+    ckpt = build_checkpoint(tmp_path / "ckpt")
+    files = {p.relative_to(ckpt).as_posix(): p for p in ckpt.rglob("*") if p.is_file()}
+    commit = build_hf_cache(tmp_path / "hub", "Intel/Qwen3.6-27B-int4-AutoRound", files)
+    converged.ssh("mkdir -p /srv/hf-cache")
+    converged.push(tmp_path / "hub", "/srv/hf-cache")
+    converged.ssh("rm -rf /srv/rigup/models")
+    proc = _model_run('model_local_dirs=["/srv/hf-cache"]', env={"HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    placed = _report(converged)
+    assert placed["layout"] == f"Hugging Face cache (snapshot {commit})"
+    assert (
+        converged.ssh(
+            f"test ! -L {LLM_DIR}/config.json && test -f {LLM_DIR}/config.json"
+        ).returncode
+        == 0
+    )
+
+
 # --- GPU modes, VRAM budget and ComfyUI (issue 4) -------------------------------------------------
 COMFYUI = scenario.comfyui_mirror() is not None
 NO_COMFYUI = "no ComfyUI mirror on the controller (set RIGUP_COMFYUI_MIRROR): ComfyUI is left out"

@@ -8,7 +8,9 @@ matched answers with empty output, which pyinfra facts read as "absent".
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MIRROR = "/srv/mirror/Qwen3.6-27B-int4-AutoRound"
 PLACED = "/srv/rigup/models/qwen3.6-27b-int4-autoround/mirror-2026-11"
 
@@ -26,8 +28,20 @@ def _ubuntu_2604(uid: int = 0, systemd: bool = True) -> dict:
     }
 
 
-def _mirror_present() -> dict:
+# --- Models (issue 5) ---
+#: roles/model/facts.py ModelCandidates: what the local source finds under model_local_dirs
+CANDIDATES = re.compile(r"echo store ")
+FREE_BYTES = "df -B1 --output=avail"
+
+
+def _free(gb: int = 500) -> dict:
+    return {FREE_BYTES: ["Avail", str(gb * 10**9)]}
+
+
+def _mirror_present(free_gb: int = 500) -> dict:
     return {
+        CANDIDATES: [f"mirror {MIRROR}"],
+        **_free(free_gb),
         f"test -d {MIRROR}": [
             "@present",
             "1524 config.json",
@@ -44,15 +58,281 @@ def _driver() -> dict:
     return {"command -v nvidia-smi": ["/usr/bin/nvidia-smi"]}
 
 
+# --- NVIDIA layer: answers of roles/nvidia/facts.py, shaped like the real tools -------------------
+# Two RTX 3090s at 01:00.0 and 02:00.0 (PCI device 0x2204), Ubuntu 26.04's driver 580.178.04.
+DRIVER = "580.178.04"
+KERNEL = "7.0.0-44-generic"
+UUIDS = ("GPU-00000000-0000-0000-0000-000000000000", "GPU-11111111-1111-1111-1111-111111111111")
+
+
+def _fixture(name: str) -> list[str]:
+    return (FIXTURES / name).read_text().splitlines()
+
+
+def _pci(count: int = 2, driver: str = "-") -> dict:
+    lines = [f"0000:0{i + 1}:00.0 0x2204 0x030000 {driver}" for i in range(count)]
+    return {"/sys/bus/pci/devices/*": lines}
+
+
+def _driver_state(
+    loaded: str | None = DRIVER,
+    userspace: str | None = DRIVER,
+    installed: str | None = DRIVER,
+    nouveau: bool = False,
+    secure_boot: str = "SecureBoot disabled",
+    dkms: tuple[str, ...] = (),
+) -> dict:
+    lines = [
+        f"kernel={KERNEL}",
+        f"loaded={loaded or ''}",
+        f"installed={installed or ''}",
+        f"userspace={userspace or ''}",
+        f"nouveau_loaded={int(nouveau)}",
+        "nouveau_blacklisted=/etc/modprobe.d/rigup-blacklist-nouveau.conf"
+        if loaded
+        else "nouveau_blacklisted=",
+        "reboot_required=0",
+        "nvidia_smi=/usr/bin/nvidia-smi" if userspace else "nvidia_smi=",
+        f"secure_boot={secure_boot}",
+        *(f"dkms={line}" for line in dkms),
+    ]
+    return {'echo "kernel=$(uname -r)"': lines}
+
+
+def _packages(installed: dict[str, str] | None = None, sources=(), held=()) -> dict:
+    lines = [f"pkg ii  {name} {version}" for name, version in (installed or {}).items()]
+    lines += [f"source {s}" for s in sources] + [f"hold {h}" for h in held]
+    return {"dpkg-query -W -f='pkg ": lines}
+
+
+UBUNTU_DRIVER_PACKAGES = {
+    "nvidia-driver-580-open": f"{DRIVER}-0ubuntu0.26.04.1",
+    "linux-modules-nvidia-580-open-generic": "7.0.0-44.44",
+    "libnvidia-compute-580": f"{DRIVER}-0ubuntu0.26.04.1",
+    "nvidia-utils-580": f"{DRIVER}-0ubuntu0.26.04.1",
+}
+
+
+def _smi(
+    limits=(290.0, 290.0), maxes=(350.0, 400.0), defaults=(350.0, 370.0), persistence="Enabled"
+) -> dict:
+    """nvidia-smi --query-gpu (noheader, nounits) with the 3090 figures of
+    tests/fixtures/rtx3090/query-csv-capped-290.txt (board 1 allows 400 W)."""
+    lines = [
+        f"{i}, {UUIDS[i]}, 00000000:0{i + 1}:00.0, NVIDIA GeForce RTX 3090, {DRIVER}, {persistence}, "
+        f"{limits[i]:.2f}, {defaults[i]:.2f}, 100.00, {maxes[i]:.2f}, {limits[i]:.2f}"
+        for i in range(len(limits))
+    ]
+    return {"--query-gpu=index,uuid": lines}
+
+
+def _interconnect(
+    nvlink: str = "rtx3090/nvlink-s-healthy.txt",
+    topo: str = "rtx3090/topo-m-nv4.txt",
+    p2p: str = "rtx3090/topo-p2p-r-ok.txt",
+) -> dict:
+    return {
+        "echo @nvlink": [
+            "@nvlink",
+            *_fixture(nvlink),
+            "@topo",
+            *_fixture(topo),
+            "@p2p",
+            *_fixture(p2p),
+        ]
+    }
+
+
+def _bare_3090s(**state) -> dict:
+    """Ubuntu 26.04 with two 3090s on the PCI bus and no NVIDIA software at all."""
+    return {
+        **_pci(driver=state.pop("pci_driver", "-")),
+        **_driver_state(loaded=None, userspace=None, installed=None, **state),
+        **_packages(),
+    }
+
+
+def _converged_nvidia(**smi) -> dict:
+    """The NVIDIA layer as rigup leaves it: driver loaded and consistent, held, 290 W, NVLink."""
+    held = [
+        *UBUNTU_DRIVER_PACKAGES,
+        "linux-generic",
+        "linux-image-generic",
+        "linux-headers-generic",
+    ]
+    return {
+        **_pci(driver="nvidia"),
+        **_driver_state(),
+        **_packages(UBUNTU_DRIVER_PACKAGES, held=held),
+        "dpkg -l": [
+            f"ii  {name}  {version}  amd64  NVIDIA driver package"
+            for name, version in {
+                **UBUNTU_DRIVER_PACKAGES,
+                "pciutils": "1:3.14.0-1build2",
+                "mokutil": "0.7.2-2",
+                "kmod": "34.2-2ubuntu2",
+                "initramfs-tools": "0.150ubuntu1",
+            }.items()
+        ],
+        "linux-image-generic linux-headers-generic": [
+            "ii  linux-generic",
+            "ii  linux-image-generic",
+            "ii  linux-headers-generic",
+        ],
+        **_smi(**smi),
+        **_interconnect(),
+        # `systemctl show --all --property Id --property SubState|UnitFileState <unit>`, as
+        # systemd prints it for the applied oneshots (tests/fixtures/systemd/show-oneshot-applied.txt)
+        "--property SubState": [
+            *("Id=nvidia-persistenced.service", "SubState=running"),
+            *("Id=rigup-gpu-power.service", "SubState=exited"),
+            *("Id=rigup-nvlink.service", "SubState=exited"),
+        ],
+        "--property UnitFileState": [
+            *("Id=nvidia-persistenced.service", "UnitFileState=enabled"),
+            *("Id=rigup-gpu-power.service", "UnitFileState=enabled"),
+            *("Id=rigup-nvlink.service", "UnitFileState=enabled"),
+        ],
+    }
+
+
 def fresh_rig():
-    """Ubuntu 26.04 with the NVIDIA driver, nothing of rigup yet, the checkpoint on a mounted
-    mirror; 2 GPUs declared."""
-    return {**_ubuntu_2604(), **_driver(), **_mirror_present()}, {}
+    """A bare Ubuntu 26.04 box with two 3090s (no NVIDIA software), the checkpoint on a mounted
+    mirror; 2 GPUs declared. Ubuntu install path."""
+    return {**_bare_3090s(), **_ubuntu_2604(), **_mirror_present()}, {}
 
 
-def fresh_rig_no_driver():
-    """As fresh_rig, but no NVIDIA driver is installed yet (no nvidia-smi)."""
-    return {**_ubuntu_2604(), **_mirror_present()}, {}
+KEYRING_SHA256 = "0" * 63 + "1"  # a syntactically valid pin: the plan never downloads
+
+
+def fresh_rig_nvidia_repo():
+    """As fresh_rig, with NVIDIA's CUDA repository as the install path."""
+    return {**_bare_3090s(), **_ubuntu_2604(), **_mirror_present()}, {
+        "nvidia_install_path": "nvidia-repo",
+        "nvidia_cuda_keyring_sha256": KEYRING_SHA256,
+    }
+
+
+def secure_boot_ubuntu():
+    """Secure Boot on, Ubuntu path (Canonical's signed modules): must go ahead."""
+    return {
+        **_bare_3090s(secure_boot="SecureBoot enabled"),
+        **_ubuntu_2604(),
+        **_mirror_present(),
+    }, {}
+
+
+def secure_boot_nvidia_repo():
+    """Secure Boot on, NVIDIA repository path (unsigned DKMS modules): must stop with the steps."""
+    return {
+        **_bare_3090s(secure_boot="SecureBoot enabled"),
+        **_ubuntu_2604(),
+        **_mirror_present(),
+    }, {
+        "nvidia_install_path": "nvidia-repo",
+        "nvidia_cuda_keyring_sha256": KEYRING_SHA256,
+    }
+
+
+def nouveau_loaded():
+    """A fresh desktop install: nouveau loaded and bound to both GPUs."""
+    return {
+        **_bare_3090s(nouveau=True, pci_driver="nouveau"),
+        **_ubuntu_2604(),
+        **_mirror_present(),
+    }, {}
+
+
+def converged_rig():
+    """The NVIDIA layer already converged: driver loaded, held, 290 W, persistence, NVLink NV4."""
+    return {**_converged_nvidia(), **_ubuntu_2604(), **_driver(), **_mirror_present()}, {}
+
+
+def power_limit_out_of_range():
+    """450 W requested; GPU 0's board allows 350 W at most (GPU 1's 400 W)."""
+    return {**_converged_nvidia(), **_ubuntu_2604(), **_driver(), **_mirror_present()}, {
+        "nvidia_power_limit_w": 450
+    }
+
+
+def one_gpu_missing():
+    """Two GPUs declared, one on the PCI bus (a card fell off the bus / riser / power)."""
+    return {
+        **_converged_nvidia(),
+        **_pci(count=1, driver="nvidia"),
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+    }, {}
+
+
+def nvlink_degraded():
+    """One NVLink link inactive on both GPUs (topology still NV3): required -> refused."""
+    return {
+        **_converged_nvidia(),
+        **_interconnect(nvlink="rtx3090/nvlink-s-one-link-inactive.txt"),
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+    }, {}
+
+
+def nvlink_degraded_optional():
+    """As nvlink_degraded with nvlink_required = False: converges, warns, P2P off."""
+    responses, _ = nvlink_degraded()
+    return responses, {"nvlink_required": False}
+
+
+def version_mismatch():
+    """An unattended upgrade replaced the libraries under the loaded module (580.159.03)."""
+    return {
+        **_converged_nvidia(),
+        **_driver_state(loaded="580.159.03"),
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+    }, {}
+
+
+def version_mismatch_no_reboot():
+    """As version_mismatch with nvidia_reboot_allowed = False (the @local case takes the same
+    branch, unit-tested in tests/unit/test_nvidia_role.py): refuses before any change."""
+    responses, _ = version_mismatch()
+    return responses, {"nvidia_reboot_allowed": False}
+
+
+def dkms_failed():
+    """NVIDIA repository path: the DKMS build failed for the running kernel, nothing loaded."""
+    return {
+        **_pci(driver="-"),
+        **_driver_state(
+            loaded=None, installed=None, dkms=(f"nvidia/{DRIVER}, {KERNEL}, x86_64: built",)
+        ),
+        **_packages(
+            {
+                "nvidia-open": f"{DRIVER}-1",
+                "nvidia-dkms-580-open": f"{DRIVER}-1",
+                "cuda-keyring": "1.1-1",
+            },
+            sources=["/etc/apt/sources.list.d/cuda-ubuntu2604-x86_64.list"],
+        ),
+        **_ubuntu_2604(),
+        **_mirror_present(),
+    }, {"nvidia_install_path": "nvidia-repo", "nvidia_cuda_keyring_sha256": KEYRING_SHA256}
+
+
+def both_paths():
+    """Ubuntu's prebuilt modules and NVIDIA's repository on one host."""
+    return {
+        **_converged_nvidia(),
+        **_packages(
+            UBUNTU_DRIVER_PACKAGES | {"cuda-keyring": "1.1-1"},
+            sources=["/etc/apt/sources.list.d/cuda-ubuntu2604-x86_64.list"],
+        ),
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+    }, {}
 
 
 def fresh_no_gpu():
@@ -70,10 +350,17 @@ def too_few_gpus():
     return {**_ubuntu_2604(), **_mirror_present()}, {"nvidia_gpu_count": 1}
 
 
+def vllm_alone_no_driver():
+    """deploys/vllm.py alone on a bare box: no driver and none being installed by this run."""
+    return {**_bare_3090s(), **_ubuntu_2604(), **_mirror_present()}, {}
+
+
 def missing_model_source():
     """The mirror path does not exist and nothing is placed."""
     return {
+        **_bare_3090s(),
         **_ubuntu_2604(),
+        CANDIDATES: [],
         f"test -d {MIRROR}": ["@absent"],
         f"test -d {PLACED}": ["@absent"],
     }, {}
@@ -82,7 +369,9 @@ def missing_model_source():
 def not_a_checkpoint():
     """The mirror path exists but holds no config.json."""
     return {
+        **_bare_3090s(),
         **_ubuntu_2604(),
+        CANDIDATES: [f"mirror {MIRROR}"],
         f"test -d {MIRROR}": ["@present", "12 README.md"],
         f"test -d {PLACED}": ["@absent"],
     }, {}
@@ -98,11 +387,68 @@ def not_root():
     return {**_ubuntu_2604(uid=1000), **_mirror_present()}, {}
 
 
+def disk_too_small():
+    """The checkpoint (18.5 GB on the mirror) does not fit in 10 GB of free space."""
+    return {**_ubuntu_2604(), **_driver(), **_mirror_present(free_gb=10)}, {}
+
+
+def hub_only_unpinned():
+    """Only Hugging Face configured, but the LLM manifest is unpinned (no commit known here)."""
+    return {**_ubuntu_2604(), **_driver(), CANDIDATES: [], **_free()}, {
+        "model_sources": ["huggingface"]
+    }
+
+
+def fresh_rig_run():
+    """As fresh_rig, for a real run on @fake: once placed, the checkpoint's config.json reads
+    back (what the text-only edit needs at execution time)."""
+    responses, overrides = fresh_rig()
+    return {f"test -f {PLACED}/config.json": ['{"model_type": "qwen3_5"}'], **responses}, overrides
+
+
+def fetch_fails():
+    """The transfer fails on the host (e.g. a file does not verify): the run must fail there."""
+    responses, overrides = fresh_rig_run()
+    failure = {
+        "success": False,
+        "stderr": ["model_fetch: ERROR: config.json: sha256 0000, 1111 expected"],
+    }
+    return {re.compile(r"model_fetch\.py place"): failure, **responses}, overrides
+
+
+def _with_gpu_box(scenario):
+    """Scenarios about other components run on the rig's hardware: any NVIDIA answer a scenario
+    does not give comes from a bare box with two 3090s (appended, so the scenario's own win)."""
+
+    def build():
+        responses, overrides = scenario()
+        for key, value in _bare_3090s().items():
+            responses.setdefault(key, value)
+        return responses, overrides
+
+    build.__name__ = scenario.__name__
+    build.__doc__ = scenario.__doc__
+    return build
+
+
 SCENARIOS = {
-    f.__name__: f
+    f.__name__: _with_gpu_box(f)
     for f in (
         fresh_rig,
-        fresh_rig_no_driver,
+        fresh_rig_nvidia_repo,
+        secure_boot_ubuntu,
+        secure_boot_nvidia_repo,
+        nouveau_loaded,
+        converged_rig,
+        power_limit_out_of_range,
+        one_gpu_missing,
+        nvlink_degraded,
+        nvlink_degraded_optional,
+        version_mismatch,
+        version_mismatch_no_reboot,
+        dkms_failed,
+        both_paths,
+        vllm_alone_no_driver,
         fresh_no_gpu,
         bad_kv_cache_dtype,
         too_few_gpus,
@@ -110,6 +456,10 @@ SCENARIOS = {
         not_a_checkpoint,
         no_systemd,
         not_root,
+        disk_too_small,
+        hub_only_unpinned,
+        fresh_rig_run,
+        fetch_fails,
     )
 }
 
@@ -136,32 +486,34 @@ def _running(*units: str) -> dict:
 def llm_mode_running():
     """A converged rig in the LLM mode: vllm.service up, the media mode's ComfyUI down."""
     return {
-        **_ubuntu_2604(),
-        **_driver(),
-        **_mirror_present(),
         **_running("vllm.service"),
         **_mode_state(
             "rigup-llm.target", {"vllm.service": "active", "comfyui.service": "inactive"}
         ),
+        **_converged_nvidia(),
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
     }, {}
 
 
 def media_mode_by_user():
     """The owner switched to the media mode with rigup-mode; the default is still llm."""
     return {
-        **_ubuntu_2604(),
-        **_driver(),
-        **_mirror_present(),
         **_running("comfyui.service"),
         **_mode_state(
             "rigup-media.target", {"vllm.service": "inactive", "comfyui.service": "active"}
         ),
+        **_converged_nvidia(),
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
     }, {}
 
 
 def media_oversubscribed():
     """VoxCPM2 (8 GiB) put on ComfyUI's GPU, which ComfyUI fills but for a 1 GiB reserve."""
-    return {**_ubuntu_2604(), **_driver(), **_mirror_present()}, {
+    return {**_converged_nvidia(), **_ubuntu_2604(), **_driver(), **_mirror_present()}, {
         "voxcpm_vram_gib": 8.0,
         "voxcpm_gpu_index": 0,
     }
@@ -169,14 +521,14 @@ def media_oversubscribed():
 
 def llm_oversubscribed():
     """vLLM asked for 99 % of each card, plus its CUDA context outside that budget."""
-    return {**_ubuntu_2604(), **_driver(), **_mirror_present()}, {
+    return {**_converged_nvidia(), **_ubuntu_2604(), **_driver(), **_mirror_present()}, {
         "vllm_gpu_memory_utilization": 0.99
     }
 
 
 def comfyui_highvram():
     """--highvram in comfyui_extra_args: defeats offloading on 24 GB cards."""
-    return {**_ubuntu_2604(), **_driver(), **_mirror_present()}, {
+    return {**_converged_nvidia(), **_ubuntu_2604(), **_driver(), **_mirror_present()}, {
         "comfyui_extra_args": ["--highvram"]
     }
 

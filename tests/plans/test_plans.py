@@ -61,7 +61,13 @@ def test_fresh_rig_plans_every_component_in_order(fresh_rig):
     order = [
         "rigup base | Install the apt baseline",
         "rigup base | Install uv 0.13.9 (found: none)",
-        "LLM checkpoint | Place checkpoint qwen3.6-27b-int4-autoround@mirror-2026-11",
+        "NVIDIA layer | NVIDIA driver | Blacklist nouveau",
+        "NVIDIA layer | NVIDIA driver | Driver nvidia-driver-580-open + linux-modules-nvidia-580-open-generic",
+        "NVIDIA layer | CUDA toolkit | CUDA toolkit 13.0.2 venv (uv, locked)",
+        "NVIDIA layer | GPU power and persistence | rigup-gpu-power.service enabled and applied",
+        "NVIDIA layer | NVLink | rigup-nvlink.service enabled and verified",
+        "LLM checkpoint | Model tool venv (huggingface_hub, hf_xet, modelscope; uv, locked)",
+        "LLM checkpoint | Place model qwen3.6-27b-int4-autoround@mirror-2026-11",
         "LLM checkpoint | Text-only edit of config.json (language_model_only)",
         "vLLM | Service user vllm",
         "vLLM | vLLM 0.22.1 venv (uv, locked)",
@@ -88,12 +94,25 @@ def test_fresh_rig_reloads_only_on_change(fresh_rig):
     assert "ComfyUI | systemd daemon-reload" in conditional(fresh_rig)
 
 
+def test_fresh_rig_reboots_only_if_the_install_changes_something(fresh_rig):
+    assert "NVIDIA layer | NVIDIA driver | Reboot to load the NVIDIA driver" in conditional(
+        fresh_rig
+    )
+    assert (
+        "NVIDIA layer | NVIDIA driver | Regenerate the initramfs (nouveau blacklist changed)"
+        in (conditional(fresh_rig))
+    )
+
+
 @pytest.mark.parametrize(
-    "scenario,why",
-    [("fresh_no_gpu", "declares no NVIDIA GPUs"), ("fresh_rig_no_driver", "has no NVIDIA driver")],
+    "scenario,deploy,why",
+    [
+        ("fresh_no_gpu", "deploys/full.py", "declares no NVIDIA GPUs"),
+        ("vllm_alone_no_driver", "deploys/vllm.py", "has no NVIDIA driver"),
+    ],
 )
-def test_host_without_gpus_or_driver_installs_but_does_not_start(scenario, why):
-    rc, parsed, err = plan(scenario)
+def test_host_without_gpus_or_driver_installs_but_does_not_start(scenario, deploy, why):
+    rc, parsed, err = plan(scenario, deploy)
     assert rc == 0, err
     names = changes(parsed) + conditional(parsed)
     assert "vLLM | vllm.service installed, not started (no GPUs or no driver)" in [
@@ -110,11 +129,29 @@ def test_host_without_gpus_or_driver_installs_but_does_not_start(scenario, why):
         ("too_few_gpus", "vllm_tensor_parallel_size: 2 is more than the 1 GPU(s)"),
         (
             "missing_model_source",
-            "model_local_path: /srv/mirror/Qwen3.6-27B-int4-AutoRound does not exist",
+            "model qwen3.6-27b-int4-autoround@mirror-2026-11: no copy found under /srv/mirror",
         ),
+        ("disk_too_small", "18.49 GB to place + 1 GiB spare, but only 10.00 GB free"),
+        ("hub_only_unpinned", "is unpinned (no commit, no sha256), and huggingface downloads"),
         ("not_a_checkpoint", "has no config.json"),
         ("no_systemd", "systemd is not running as PID 1"),
         ("not_root", "not root: connect as root or add --sudo"),
+        (
+            "secure_boot_nvidia_repo",
+            "Secure Boot is enabled and the nvidia-repo path builds unsigned",
+        ),
+        ("power_limit_out_of_range", "450 W is outside its range 100-350 W"),
+        (
+            "one_gpu_missing",
+            "1 NVIDIA GPU(s) on the PCI bus (0000:01:00.0) but the inventory declares 2",
+        ),
+        ("nvlink_degraded", "GPU 0: NVLink degraded, 3 of 4 links active (inactive: 3)"),
+        (
+            "version_mismatch_no_reboot",
+            "rigup will not reboot this host because nvidia_reboot_allowed",
+        ),
+        ("dkms_failed", "the DKMS build of nvidia 580.178.04 failed for 7.0.0-44-generic (built)"),
+        ("both_paths", "both driver install paths are on this host"),
     ],
 )
 def test_refused_before_any_change(scenario, message):
@@ -127,7 +164,74 @@ def test_refused_before_any_change(scenario, message):
     assert "Beginning operation run" not in out, "operations ran before the error"
 
 
-@pytest.mark.parametrize("component", ["base", "model", "vllm", "comfyui", "modes"])
+def _nvidia_ops(parsed: dict) -> dict[str, str]:
+    """NVIDIA layer operations of a plan: name -> "change" | "conditional" | "none"."""
+    out = {}
+    for op in parsed["plan"]:
+        if op["name"].startswith("NVIDIA layer"):
+            out[op["name"].split(" | ", 1)[1]] = (
+                "change"
+                if op["hosts_with_change"]
+                else "conditional"
+                if op["hosts_with_conditional_change"]
+                else "none"
+            )
+    return out
+
+
+def test_converged_rig_installs_nothing_and_does_not_reboot():
+    """Driver, holds, units: all answered as converged by the fake host (the file contents of
+    units and scripts cannot be answered by @fake; the lab checks those for real)."""
+    rc, parsed, err = plan("converged_rig", "deploys/nvidia.py")
+    assert rc == 0, err
+    ops = _nvidia_ops(parsed)
+    assert (
+        ops["NVIDIA driver | Driver nvidia-driver-580-open + linux-modules-nvidia-580-open-generic"]
+        == "none"
+    )
+    assert ops["NVIDIA driver | Hold the driver packages (apt-mark hold)"] == "none"
+    assert not any("Reboot" in name or "Driver loaded and consistent" in name for name in ops)
+    for unit in (
+        "nvidia-persistenced.service enabled and running",
+        "rigup-gpu-power.service enabled and applied",
+    ):
+        assert ops[f"GPU power and persistence | {unit}"] == "none"
+    assert ops["NVLink | rigup-nvlink.service enabled and verified"] == "none"
+    assert "warning" not in err.lower() or "NVIDIA:" not in err
+
+
+@pytest.mark.parametrize(
+    "scenario", ["fresh_rig_nvidia_repo", "secure_boot_ubuntu", "nouveau_loaded"]
+)
+def test_other_fresh_boxes_plan_the_driver(scenario):
+    rc, parsed, err = plan(scenario, "deploys/nvidia.py")
+    assert rc == 0, err
+    ops = _nvidia_ops(parsed)
+    assert ops["NVIDIA driver | Reboot to load the NVIDIA driver"] == "conditional"
+    if scenario == "fresh_rig_nvidia_repo":
+        assert (
+            ops["NVIDIA driver | Download cuda-keyring_1.1-1_all.deb (sha256 pinned)"] == "change"
+        )
+        assert ops["NVIDIA driver | Driver nvidia-open"] == "change"
+        assert ops["NVIDIA driver | Hold NVIDIA's repository to driver branch 580"] == "change"
+    if scenario == "nouveau_loaded":
+        assert "nouveau (the open-source driver) is loaded and bound to a GPU" in err
+
+
+def test_version_mismatch_reboots_unconditionally_reasoned():
+    rc, parsed, err = plan("version_mismatch", "deploys/nvidia.py")
+    assert rc == 0, err
+    assert "Driver/library version mismatch" in err and "the run reboots the host for it" in err
+    assert "NVIDIA driver | Reboot to load the NVIDIA driver" in _nvidia_ops(parsed)
+
+
+def test_nvlink_optional_degraded_converges_with_p2p_off():
+    rc, parsed, err = plan("nvlink_degraded_optional", "deploys/nvidia.py")
+    assert rc == 0, err
+    assert "NVLink not verified" in err and "P2P and custom all-reduce off" in err
+
+
+@pytest.mark.parametrize("component", ["base", "nvidia", "model", "vllm", "comfyui", "modes"])
 def test_each_component_deploy_plans_alone(component):
     rc, parsed, err = plan("fresh_rig", f"deploys/{component}.py")
     assert rc == 0, err

@@ -1,8 +1,7 @@
-"""The text-only edit and checkpoint drift, as pure functions."""
+"""The text-only edit of config.json, as pure functions."""
 
 import pytest
 
-from roles.model import drift
 from roles.model.patch import patch_for, strip_vision_config
 
 CONFIG = {
@@ -33,13 +32,3 @@ def test_language_model_only_leaves_config_untouched():
 def test_unknown_method_is_named():
     with pytest.raises(KeyError, match="unknown text-only method 'x'"):
         patch_for("x")
-
-
-def test_drift_reports_missing_and_resized_but_not_rigup_files():
-    source = {"config.json": 10, "a.safetensors": 100, "b.safetensors": 5}
-    placed = {"config.json": 9, "config.json.rigup-orig": 10, "a.safetensors": 99}
-    assert drift(source, placed) == [
-        "a.safetensors: 99 bytes placed, 100 bytes in the source",
-        "b.safetensors: missing from the placed copy",
-    ]
-    assert drift(source, {**source, "extra.txt": 1}) == []

@@ -48,8 +48,16 @@ def test_seed_values(settings):
         ("model_store_dir", "relative/path", "absolute path"),
         ("model_store_dir", "/srv/../etc", "plain absolute path"),
         ("model_store_dir", "/", "other than /"),
-        ("model_revision", "../escape", "directory name"),
-        ("model_source", "huggingface", "must be one of"),
+        # --- Models (issue 5) ---
+        ("model_sources", ["local", "s3"], "distinct values of local, huggingface, modelscope"),
+        ("model_sources", [], "at least one"),
+        ("model_local_dirs", ["relative"], "absolute path"),
+        ("model_local_link", "symlink", "must be one of"),
+        ("hf_endpoint", "hf-mirror.com", "http(s) URL"),
+        ("hf_token_env", "HF TOKEN", "environment variable name"),
+        ("model_replace_mismatched", "yes", "True or False"),
+        ("model_backup_dir", "backup", "absolute path"),
+        ("model_llm_manifest", "no-such-model", "not found"),
         ("base_apt_packages", ["curl", "Bad Name"], "invalid Debian package names"),
         ("uv_version", "latest", "release number"),
         ("nvidia_gpu_count", 2.0, "must be an integer"),
@@ -91,9 +99,15 @@ def test_managed_flags_cannot_be_smuggled_in_extra_args(settings):
 
 
 def test_model_source_outside_store(settings):
-    settings["model_local_path"] = settings["model_store_dir"] + "/mirror"
+    settings["model_local_dirs"] = [settings["model_store_dir"] + "/mirror"]
     (problem,) = validate(settings)
-    assert problem.startswith("model_local_path: the source must not lie inside")
+    assert problem.startswith("model_local_dirs: /srv/rigup/models/mirror and model_store_dir")
+
+
+def test_model_backup_not_in_store(settings):
+    settings["model_backup_dir"] = "/srv"
+    (problem,) = validate(settings)
+    assert problem.startswith("model_backup_dir: /srv and model_store_dir must not contain")
 
 
 def test_require_valid_settings_lists_all_and_says_nothing_changed(settings):
@@ -104,3 +118,56 @@ def test_require_valid_settings_lists_all_and_says_nothing_changed(settings):
     text = str(err.value)
     assert "for host rig.local" in text and "nothing was changed" in text
     assert "vllm_port:" in text and "vllm_kv_cache_dtype:" in text
+
+
+@pytest.mark.parametrize(
+    "key,value,fragment",
+    [
+        ("nvidia_driver_branch", 570, "too old: vLLM 0.22.1's CUDA 13 wheels need an R580"),
+        ("nvidia_driver_branch", "580", "driver branch number"),
+        ("nvidia_install_path", "ppa", "must be one of ubuntu, nvidia-repo"),
+        ("nvidia_power_limit_w", 20, "between 50 and 1000"),
+        ("nvidia_power_limit_w", 290.5, "must be an integer"),
+        ("nvidia_persistence_mode", "yes", "True or False"),
+        ("nvlink_expected_links", 0, "between 1 and 18"),
+        ("nvidia_cuda_keyring_sha256", "abc", "sha256"),
+        ("nvidia_cuda_repo_url", "http://example.com/x", "https:// URL"),
+        ("cuda_toolkit_version", "13", "release number"),
+    ],
+)
+def test_bad_nvidia_value_is_named(settings, key, value, fragment):
+    problems = validate({**settings, key: value})
+    assert any(p.startswith(f"{key}:") and fragment in p for p in problems), problems
+
+
+def test_power_limit_unset_means_card_default(settings):
+    assert validate({**settings, "nvidia_power_limit_w": None}) == []
+
+
+def test_nvidia_repo_path_needs_the_keyring_pinned(settings):
+    problems = validate({**settings, "nvidia_install_path": "nvidia-repo"})
+    assert len(problems) == 1 and problems[0].startswith("nvidia_cuda_keyring_sha256:")
+    assert (
+        validate(
+            {
+                **settings,
+                "nvidia_install_path": "nvidia-repo",
+                "nvidia_cuda_keyring_sha256": "a" * 64,
+            }
+        )
+        == []
+    )
+
+
+def test_seed_nvidia_values(settings):
+    assert settings["nvidia_power_limit_w"] == 290
+    assert settings["nvidia_persistence_mode"] is True
+    assert settings["nvidia_driver_branch"] >= 580
+    assert settings["nvlink_expected_links"] == 4 and settings["nvlink_required"] is True
+
+
+def test_cuda_toolkit_version_matches_its_lock(settings):
+    from pathlib import Path
+
+    lock = (Path(__file__).resolve().parents[2] / "files/nvidia/cuda-toolkit.lock").read_text()
+    assert f"cuda-toolkit=={settings['cuda_toolkit_version']} " in lock

@@ -26,6 +26,7 @@ from subprocess import run
 import pytest
 
 from lab.checkpoint import build_checkpoint
+from roles.nvidia.parsers import interconnect_env
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK_ARGS = REPO / "files" / "vllm" / "check_args.py"
@@ -163,6 +164,8 @@ def runs(tmp_path_factory) -> dict[str, Run]:
         ),
         "bad_kv_dtype": _replace(SEED, "--kv-cache-dtype", "fp8_e5m3"),
         "bad_gpu_util": _replace(SEED, "--gpu-memory-utilization", "1.5"),
+        # What rigup-nvlink adds when the interconnect is not verified (roles/nvidia/parsers.py)
+        "interconnect_fallback": [*SEED, *interconnect_env(None)[1]],
     }
     from tests.conftest import load_group_data
 
@@ -264,6 +267,14 @@ def test_rigup_serve_args_pass(runs, name):
     r = runs[name]
     assert r.rc == 0, r.err[-2000:]
     assert r.result["ok"] is True
+
+
+def test_interconnect_fallback_flag_is_accepted(runs):
+    """Without a verified NVLink the unit appends --disable-custom-all-reduce
+    ($RIGUP_VLLM_INTERCONNECT_ARGS): vLLM 0.22.1's parser must take it."""
+    r = runs["interconnect_fallback"]
+    assert r.rc == 0, r.err[-2000:]
+    assert r.result["args"]["disable_custom_all_reduce"] is True
 
 
 def _failed(r: Run) -> str:

@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Checkpoint preflight: problems the pinned vLLM would only hit while loading the weights,
+found from config.json and the tensor names, before any service is configured.
+
+Usage (with the vLLM venv's python; without vLLM importable, --no-vllm uses the built-in table):
+
+    checkpoint_preflight.py MODEL_DIR --method {language_model_only,strip_vision_config} [--no-vllm]
+
+Checks, each with its own message:
+1. Quantized lm_head in an AutoRound checkpoint. vLLM 0.22.1's AutoRound reader (INCConfig,
+   layers/quantization/inc.py) builds the LM head unquantized unless ``block_name_to_quantize``
+   names it (``quantized = not isinstance(layer, ParallelLMHead)``, and its GPTQ/AWQ configs
+   are created with ``lm_head_quantized=False``); a checkpoint holding ``lm_head.qweight`` then
+   fails at load with ``KeyError: 'lm_head.qweight'`` (as rig owners report).
+2. Vision tensors present or absent versus the text-only method: with ``strip_vision_config``
+   vLLM re-creates a default vision config (docs/text-only.md) and would load ``model.visual.*``
+   tensors into a tower of the wrong shape; a ForCausalLM architecture with vision tensors
+   leaves them unexpected. Absent vision tensors are fine with ``language_model_only``.
+3. Weight-name prefixes versus the architecture in config.json: the prefixes vLLM's model class
+   accepts are read from its ``hf_to_vllm_mapper`` (WeightsMapper.orig_to_new_prefix) in the
+   pinned vLLM (``ModelRegistry._try_load_model_cls``); ``mtp.`` (the MTP head, loaded by the
+   speculative drafter) is always accepted. E.g. Qwen3_5ForConditionalGeneration accepts
+   ``model.language_model.``, ``model.visual.``, ``lm_head.`` (qwen3_vl.py:1629-1635); a
+   checkpoint exported as ForCausalLM (``model.layers.*``) does not match it.
+
+Tensor names come from ``model.safetensors.index.json`` or, for a single file, the header of
+``model.safetensors`` (8-byte length + JSON, the safetensors format). Output: one JSON line on
+stdout ({"ok", "problems", "notes", "architecture", "accepted_prefixes", ...}); exit 0 when ok,
+1 with problems, 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import struct
+import sys
+from pathlib import Path
+
+METHODS = ("language_model_only", "strip_vision_config")
+VISION_PREFIXES = ("model.visual.", "visual.", "vision_tower.", "model.vision_tower.")
+ALWAYS_ACCEPTED = ("mtp.",)
+#: Used only with --no-vllm (unit tests, hosts without the vLLM venv): the same prefixes vLLM
+#: 0.22.1's mappers give (qwen3_vl.py hf_to_vllm_mapper; ForCausalLM classes map nothing).
+BUILTIN_PREFIXES = {
+    "Qwen3_5ForConditionalGeneration": ("model.visual.", "lm_head.", "model.language_model."),
+    "Qwen3_5ForCausalLM": ("model.", "lm_head."),
+}
+
+
+def tensor_names(model_dir: Path) -> list[str]:
+    """Tensor names of the checkpoint (index weight_map, or the single file's header)."""
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        return sorted(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}))
+    single = model_dir / "model.safetensors"
+    if single.is_file():
+        with open(single, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(length))
+        return sorted(k for k in header if k != "__metadata__")
+    return []
+
+
+def vllm_accepted_prefixes(architecture: str) -> tuple[tuple[str, ...] | None, str]:
+    """(HF weight prefixes the pinned vLLM's class for ``architecture`` accepts, where from)."""
+    from vllm.model_executor.models import ModelRegistry
+
+    cls = ModelRegistry._try_load_model_cls(architecture)
+    if cls is None:
+        return None, f"vLLM does not register {architecture}"
+    mapper = getattr(cls, "hf_to_vllm_mapper", None)
+    prefixes = tuple(getattr(mapper, "orig_to_new_prefix", {}) or {})
+    if not prefixes:
+        return ("model.", "lm_head."), f"{cls.__name__} (no hf_to_vllm_mapper: names used as-is)"
+    return prefixes, f"{cls.__module__}.{cls.__name__}.hf_to_vllm_mapper"
+
+
+def preflight(
+    config: dict, names: list[str], method: str, accepted: tuple[str, ...] | None
+) -> dict:
+    """The three checks on a config.json and its tensor names. Pure."""
+    problems: list[str] = []
+    notes: list[str] = []
+    architecture = (config.get("architectures") or ["?"])[0]
+    quant = config.get("quantization_config") or {}
+    auto_round = quant.get("quant_method") in ("auto-round", "intel/auto-round")
+
+    # 1. quantized lm_head
+    head_q = sorted(
+        n
+        for n in names
+        if n.startswith("lm_head.")
+        and n.rsplit(".", 1)[-1] in ("qweight", "qzeros", "scales", "g_idx")
+    )
+    blocks = quant.get("block_name_to_quantize") or quant.get("to_quant_block_names") or ""
+    blocks = blocks.split(",") if isinstance(blocks, str) else list(blocks)
+    if auto_round and (head_q or quant.get("quant_lm_head")):
+        what = ", ".join(head_q[:3]) if head_q else "quant_lm_head = true in quantization_config"
+        problems.append(
+            f"lm_head is quantized ({what}) in this AutoRound checkpoint: vLLM 0.22.1's AutoRound "
+            "reader (INCConfig) builds the LM head unquantized"
+            + (f" (block_name_to_quantize = {blocks} does not name it)" if blocks else "")
+            + " and loading fails with KeyError: 'lm_head.qweight'. Use a checkpoint exported "
+            "with an unquantized lm_head (AutoRound's default; no --quant_lm_head)."
+        )
+    elif (
+        not any(n.startswith("lm_head.") for n in names)
+        and not config.get(
+            "tie_word_embeddings",
+            (config.get("text_config") or {}).get("tie_word_embeddings", False),
+        )
+        and names
+    ):
+        problems.append(
+            "no lm_head.* tensor and tie_word_embeddings is false: the LM head has no weights"
+        )
+
+    # 2. vision tensors versus the text-only method
+    vision = [n for n in names if n.startswith(VISION_PREFIXES)]
+    has_vision_config = "vision_config" in config
+    conditional = architecture.endswith("ForConditionalGeneration")
+    if method == "strip_vision_config" and vision:
+        problems.append(
+            f"{len(vision)} vision tensors ({vision[0]}, ...) with text-only method "
+            "strip_vision_config: vLLM 0.22.1 re-creates a default vision config when "
+            "vision_config is removed and would load them into a vision tower of the wrong "
+            'shape; use vllm_text_only_method = "language_model_only" (docs/text-only.md)'
+        )
+    elif vision and not conditional:
+        problems.append(
+            f"{len(vision)} vision tensors ({vision[0]}, ...) but the architecture {architecture} "
+            "is text-only: vLLM has no module for them (unexpected weights)"
+        )
+    elif conditional and not vision:
+        notes.append(
+            f"{architecture} without vision tensors: fine only because the vision tower is "
+            f"skipped (method {method}); multimodal serving would fail"
+        )
+    elif vision:
+        notes.append(f"{len(vision)} vision tensors: skipped at load with {method}")
+    if conditional and not has_vision_config and method == "language_model_only":
+        notes.append(
+            "config.json has no vision_config: vLLM re-creates a default one (docs/text-only.md)"
+        )
+
+    # 3. weight-name prefixes versus the architecture
+    if accepted is not None and names:
+        ok = (*accepted, *ALWAYS_ACCEPTED)
+        stray = [n for n in names if not n.startswith(ok)]
+        if stray:
+            heads = sorted({".".join(n.split(".")[:2]) + ".*" for n in stray})
+            problems.append(
+                f"{len(stray)} of {len(names)} tensor names do not match {architecture} "
+                f"(config.json architectures): found {', '.join(heads[:5])}; vLLM's class "
+                f"accepts {', '.join(p + '*' for p in ok)}. The checkpoint was exported for "
+                "another architecture (e.g. a ForCausalLM export names its layers model.layers.*)"
+            )
+    return {
+        "ok": not problems,
+        "architecture": architecture,
+        "tensors": len(names),
+        "vision_tensors": len(vision),
+        "problems": problems,
+        "notes": notes,
+    }
+
+
+def main(argv: list[str]) -> int:
+    cli = argparse.ArgumentParser(
+        prog="checkpoint_preflight.py", description=__doc__.split("\n")[0]
+    )
+    cli.add_argument("model_dir", type=Path)
+    cli.add_argument("--method", required=True, choices=METHODS)
+    cli.add_argument("--no-vllm", action="store_true", help="use the built-in prefix table")
+    try:
+        opts = cli.parse_args(argv)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    out = sys.stdout
+    if not opts.no_vllm:  # vLLM logs to stdout; the JSON line must be alone there
+        import os
+
+        out = os.fdopen(os.dup(1), "w")
+        os.dup2(2, 1)
+    config_file = opts.model_dir / "config.json"
+    if not config_file.is_file():
+        print(json.dumps({"ok": False, "problems": [f"{config_file} not found"]}), file=out)
+        return 1
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    architecture = (config.get("architectures") or ["?"])[0]
+    if opts.no_vllm:
+        accepted, source = BUILTIN_PREFIXES.get(architecture), "built-in table (--no-vllm)"
+    else:
+        accepted, source = vllm_accepted_prefixes(architecture)
+    result = preflight(config, tensor_names(opts.model_dir), opts.method, accepted)
+    result["accepted_prefixes"] = list(accepted) if accepted else None
+    result["prefixes_from"] = source
+    if not opts.no_vllm:
+        import vllm
+
+        result["vllm_version"] = vllm.__version__
+    for problem in result["problems"]:
+        print(f"checkpoint_preflight: PROBLEM: {problem}", file=sys.stderr)
+    print(json.dumps(result), file=out, flush=True)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

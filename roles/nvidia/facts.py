@@ -1,0 +1,205 @@
+"""Facts of the NVIDIA layer. Each ``process()`` is pure and tested on captured output
+(tests/unit/test_nvidia_facts.py); the parsing itself lives in roles/nvidia/parsers.py."""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra.api import FactBase
+
+from roles.nvidia.parsers import (
+    DRIVER_STATE_COMMAND,
+    GPU_QUERY_COMMAND,
+    ParseError,
+    parse_driver_state,
+    parse_gpu_query,
+    parse_nvlink_status,
+    parse_p2p_matrix,
+    parse_topology,
+)
+
+#: PCI class codes of GPUs: 0x0300 VGA controller, 0x0302 3D controller (PCI SIG class codes).
+GPU_PCI_CLASSES = ("0x0300", "0x0302")
+NVIDIA_PCI_VENDOR = "0x10de"
+
+
+class NvidiaPciGpus(FactBase):
+    """NVIDIA GPUs on the PCI bus, from sysfs (works with no driver installed):
+    ``[{"address": "0000:01:00.0", "device": "0x2204", "driver": "nvidia" | "nouveau" | None}]``.
+    """
+
+    def command(self) -> str:
+        return (
+            "for d in /sys/bus/pci/devices/*; do "
+            f'test "$(cat $d/vendor 2>/dev/null)" = {NVIDIA_PCI_VENDOR} || continue; '
+            'c=$(cat $d/class); case "$c" in 0x0300*|0x0302*) ;; *) continue ;; esac; '
+            'drv=""; test -e $d/driver && drv=$(basename "$(readlink $d/driver)"); '
+            'echo "${d##*/} $(cat $d/device) $c ${drv:--}"; done'
+        )
+
+    def process(self, output: list[str]) -> list[dict]:
+        gpus = []
+        for line in output:
+            parts = line.split()
+            if len(parts) != 4:
+                continue
+            address, device, pci_class, driver = parts
+            gpus.append(
+                {
+                    "address": address,
+                    "device": device,
+                    "class": pci_class,
+                    "driver": None if driver == "-" else driver,
+                }
+            )
+        return gpus
+
+
+class NvidiaDriverState(FactBase):
+    """Kernel-side and userspace state of the NVIDIA driver (see parsers.parse_driver_state)."""
+
+    def command(self) -> str:
+        return DRIVER_STATE_COMMAND
+
+    def process(self, output: list[str]) -> dict:
+        return parse_driver_state(output)
+
+
+#: Where NVIDIA's CUDA apt repository is recognised in apt sources (the marker of the
+#: "nvidia-repo" install path).
+NVIDIA_REPO_MARKER = "developer.download.nvidia.com/compute/cuda/repos"
+
+
+class NvidiaPackages(FactBase):
+    """NVIDIA-related Debian packages, apt sources and holds.
+
+    ``{"installed": {"nvidia-driver-580-open": "580.178.04-0ubuntu0.26.04.1", ...},
+    "nvidia_repo_sources": ["/etc/apt/sources.list.d/cuda-ubuntu2604-x86_64.list"],
+    "held": ["nvidia-driver-580-open", ...]}``. Only fully installed packages (``ii``/``hi``).
+    """
+
+    def command(self) -> str:
+        return (
+            "dpkg-query -W -f='pkg ${db:Status-Abbrev} ${Package} ${Version}\\n' "
+            "'nvidia-*' 'libnvidia-*' 'linux-modules-nvidia-*' 'cuda-keyring' 'cuda-drivers*' "
+            "2>/dev/null; "
+            f"grep -rlsF {NVIDIA_REPO_MARKER} /etc/apt/sources.list /etc/apt/sources.list.d "
+            "| sed 's/^/source /'; "
+            "apt-mark showhold 2>/dev/null | sed 's/^/hold /'; true"
+        )
+
+    def process(self, output: list[str]) -> dict:
+        installed: dict[str, str] = {}
+        sources: list[str] = []
+        held: list[str] = []
+        for line in output:
+            parts = line.split()
+            if len(parts) == 4 and parts[0] == "pkg" and parts[1] in ("ii", "hi"):
+                installed[parts[2]] = parts[3]
+            elif len(parts) == 2 and parts[0] == "source":
+                sources.append(parts[1])
+            elif len(parts) == 2 and parts[0] == "hold":
+                held.append(parts[1])
+        return {"installed": installed, "nvidia_repo_sources": sources, "held": held}
+
+
+class NvidiaGpus(FactBase):
+    """GPUs as the driver reports them (``nvidia-smi --query-gpu``, see parsers.GPU_QUERY_FIELDS).
+
+    ``{"gpus": [GpuInfo, ...], "error": None}``; ``None`` when nvidia-smi is not installed;
+    ``{"gpus": [], "error": "<first line nvidia-smi printed>"}`` when it fails (e.g. "Failed to
+    initialize NVML: Driver/library version mismatch").
+    """
+
+    def command(self) -> str:
+        return (
+            "command -v nvidia-smi >/dev/null 2>&1 || { echo @absent; exit 0; }; "
+            f'out=$({GPU_QUERY_COMMAND} 2>&1) && echo "$out" || {{ echo @failed; echo "$out"; }}'
+        )
+
+    def process(self, output: list[str]) -> dict | None:
+        if not output or output[0].strip() == "@absent":
+            return None
+        if output[0].strip() == "@failed":
+            message = next((line.strip() for line in output[1:] if line.strip()), "no output")
+            return {"gpus": [], "error": message}
+        try:
+            return {"gpus": parse_gpu_query("\n".join(output)), "error": None}
+        except ParseError as exc:
+            return {"gpus": [], "error": str(exc)}
+
+
+class NvidiaInterconnect(FactBase):
+    """NVLink and P2P state: ``{"links": [GpuLinks], "topology": {(i, j): "NV4"},
+    "p2p": {(i, j): "OK"}, "error": None}`` from ``nvidia-smi nvlink -s``, ``topo -m`` and
+    ``topo -p2p r``; ``None`` when nvidia-smi is not installed."""
+
+    def command(self) -> str:
+        return (
+            "command -v nvidia-smi >/dev/null 2>&1 || { echo @absent; exit 0; }; "
+            "echo @nvlink; nvidia-smi nvlink -s 2>&1; "
+            "echo @topo; nvidia-smi topo -m 2>&1; "
+            "echo @p2p; nvidia-smi topo -p2p r 2>&1; true"
+        )
+
+    def process(self, output: list[str]) -> dict | None:
+        if not output or output[0].strip() == "@absent":
+            return None
+        sections: dict[str, list[str]] = {}
+        current = None
+        for line in output:
+            if line.strip() in ("@nvlink", "@topo", "@p2p"):
+                current = line.strip()[1:]
+                sections[current] = []
+            elif current:
+                sections[current].append(line)
+        result: dict = {"links": [], "topology": {}, "p2p": {}, "error": None}
+        try:
+            result["links"] = parse_nvlink_status("\n".join(sections.get("nvlink", [])))
+            result["topology"] = parse_topology("\n".join(sections.get("topo", [])))
+            result["p2p"] = parse_p2p_matrix("\n".join(sections.get("p2p", [])))
+        except ParseError as exc:
+            result["error"] = str(exc)
+        return result
+
+
+#: Ubuntu's kernel metapackages, held on the Ubuntu install path with the driver (prebuilt
+#: modules exist per kernel, so the two must move together).
+KERNEL_METAPACKAGES = ("linux-generic", "linux-image-generic", "linux-headers-generic")
+
+
+class KernelMetapackages(FactBase):
+    """Installed ones among :data:`KERNEL_METAPACKAGES`: ``["linux-generic", ...]``."""
+
+    def command(self) -> str:
+        return (
+            "dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' "
+            + " ".join(KERNEL_METAPACKAGES)
+            + " 2>/dev/null; true"
+        )
+
+    def process(self, output: list[str]) -> list[str]:
+        return [line.split()[1] for line in output if line.split()[:1] in (["ii"], ["hi"])]
+
+
+class CudaToolkitHome(FactBase):
+    """Where the toolkit wheels put CUDA inside a venv, and the state of rigup's stable link:
+    ``{"top": "<venv>/lib/python3.13/site-packages/nvidia/cu13" | None, "lib64": bool (top/lib64
+    exists), "link": target of ``home`` | None}``."""
+
+    def command(self, venv: str, home: str) -> str:
+        q_venv, q_home = shlex.quote(venv), shlex.quote(home)
+        return (
+            f"top=$(ls -d {q_venv}/lib/python3*/site-packages/nvidia/cu13 2>/dev/null | head -n1); "
+            'echo "top=$top"; '
+            'echo "lib64=$(test -n "$top" && test -e "$top/lib64" && echo 1 || echo 0)"; '
+            f'echo "link=$(readlink {q_home} 2>/dev/null)"'
+        )
+
+    def process(self, output: list[str]) -> dict:
+        values = dict(line.split("=", 1) for line in output if "=" in line)
+        return {
+            "top": values.get("top") or None,
+            "lib64": values.get("lib64") == "1",
+            "link": values.get("link") or None,
+        }

@@ -4,13 +4,17 @@ Each line also exists as its own deploy file (deploys/<component>.py) for partia
 """
 
 from roles.base import base
+from roles.comfyui import comfyui  # issue 4
 from roles.model import model
+from roles.modes import modes  # issue 4
 from roles.nvidia import nvidia
 from roles.vllm import vllm
-from roles.voxcpm import voxcpm  # issue 4: VoxCPM2
+from roles.voxcpm import voxcpm
 
 base()  # apt baseline, directories, pinned uv
 nvidia()  # driver + CUDA toolkit, persistence + power limit at boot, NVLink verified
 model()  # the LLM checkpoint, placed and patched for text-only serving
 vllm()  # vLLM 0.22.1 venv, flags checked by vLLM's parser, systemd service
-voxcpm()  # issue 4: VoxCPM2 text-to-speech: CPython 3.12 (uv), locked venv, HTTP server, unit
+voxcpm()  # VoxCPM2 text-to-speech: CPython 3.12 (uv), locked venv, HTTP server, voxcpm.service
+comfyui()  # ComfyUI at a pinned commit, locked venv, base directory, models, comfyui.service
+modes()  # last: rigup-llm/rigup-media targets, rigup-mode, boot mode; starts a mode if none runs

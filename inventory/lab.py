@@ -2,13 +2,22 @@
 on a loopback port exactly like a rig (created by `python -m lab up`, see lab/).
 
 It declares no NVIDIA GPUs, so GPU services are installed and checked but not started, and the
-checkpoint comes from a constructed Qwen3.6-shaped mirror the lab tooling pushes in.
+checkpoint comes from a constructed Qwen3.6-shaped mirror the lab tooling pushes in. ComfyUI runs
+on the CPU from a git mirror pushed in the same way (when the controller has one), in the media
+mode.
 """
 
 from lab.machine import LabConfig
+from lab.scenario import (
+    LAB_COMFYUI_MIRROR,
+    comfyui_mirror,
+    lab_comfyui_commit,
+    lab_comfyui_port,
+)
 from lab.voxcpm_lab import LAB_PYTHON_VERSION, PYTHON_DOWNLOADS_JSON  # issue 4: VoxCPM2
 
 _cfg = LabConfig.from_env()
+_comfyui_commit = lab_comfyui_commit(_cfg)
 
 lab = [
     (
@@ -29,6 +38,17 @@ lab = [
             "voxcpm_test_double_synthesizer": True,
             # labs share this machine's network: each lab's service gets a port of its own
             "voxcpm_port": _cfg.ssh_port + 10000,
+            # --- issue 4: ComfyUI on the CPU from the pushed git mirror, media mode at boot ---
+            # Without a mirror on the controller ($RIGUP_COMFYUI_MIRROR) ComfyUI is left out and
+            # its tests skip, saying so; the mode targets are converged and switched either way.
+            "comfyui_install": comfyui_mirror() is not None,
+            "comfyui_git_url": LAB_COMFYUI_MIRROR,
+            # the pinned commit, or the lab's own commit on top of it when the mirror lacks blobs
+            **({"comfyui_commit": _comfyui_commit} if _comfyui_commit else {}),
+            "comfyui_cpu": True,  # --cpu: the lab has no GPU
+            "comfyui_port": lab_comfyui_port(_cfg),  # labs share the host's network
+            "comfyui_models": [],  # FLUX.2 Dev / LTX-2.3 are tens of GB: not in the lab
+            "rigup_mode": "media",
         },
     )
 ]

@@ -53,7 +53,7 @@ def converge(machine: LabMachine) -> int:
     started = time.monotonic()
     machine.up()
     up = scenario.StepResult("create/up", 0, time.monotonic() - started)
-    steps = [up, scenario.seed_mirror(machine)]
+    steps = [up, scenario.seed_mirror(machine), scenario.seed_comfyui_mirror(machine)]
     from lab import voxcpm_lab  # issue 4: VoxCPM2's CPython build and model stand-in
 
     steps.append(voxcpm_lab.seed(machine))

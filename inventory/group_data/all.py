@@ -145,3 +145,44 @@ voxcpm_start_timeout_s = 900  # model load + torch.compile warm-up
 # TESTS ONLY: serve a tone from rigup's test double instead of VoxCPM2 (for hosts without the
 # model or a GPU, such as the lab). Reported by /ready, every response and testinfra. Keep False.
 voxcpm_test_double_synthesizer = False
+
+# --- GPU modes and VRAM budget (issue 4) ----------------------------------------------------------
+# vLLM at TP=2 fills both cards, so the rig runs one mode at a time: "llm" (rigup-llm.target:
+# vllm.service) or "media" (rigup-media.target: comfyui.service, voxcpm.service). This is the mode
+# at boot and after a fresh deploy; switch at any time with `rigup-mode llm|media`.
+rigup_mode = "llm"
+nvidia_gpu_vram_gib = 24.0  # RTX 3090: 24 GiB (24576 MiB) per card (NVIDIA spec sheet)
+# CUDA context + NCCL/cuBLAS workspaces per process per GPU, outside vLLM's own budget.
+# seed: 23.4 GB in use per card with vllm_gpu_memory_utilization 0.94 (0.94 x 24 = 22.6 GiB)
+cuda_context_gib = 0.8
+
+# --- ComfyUI (issue 4) ------------------------------------------------------------------------------
+comfyui_install = True  # False leaves ComfyUI off this host (and out of the VRAM budget)
+# Source: a git URL, or an absolute path to a git mirror on the host (firewalled rigs, the lab).
+comfyui_git_url = "https://github.com/comfyanonymous/ComfyUI.git"
+# ComfyUI v0.8.0 release commit ("ComfyUI v0.8.0", 2026-01-07), the newest release this repo could
+# verify from a mirror; files/comfyui/requirements.lock follows its requirements.txt. The FLUX.2
+# Dev nodes need >= 0.3.71 (Comfy-Org workflow templates); the LTX-2.3 templates were saved with
+# core nodes up to 0.22.0, so bump this pin (and the lock) before serving LTX-2.3.
+comfyui_commit = "fc0cb10bcbee6e73ed3caf34c27f7bde4559a07f"
+comfyui_version = "0.8.0"  # comfyui_version.py at comfyui_commit (checked after checkout)
+comfyui_user = "comfyui"  # non-root service user; owns comfyui_base_dir
+comfyui_python = "python3"  # interpreter for the venv; ComfyUI v0.8.0: requires-python >=3.10
+comfyui_host = "127.0.0.1"  # loopback by default (--listen); ComfyUI has no authentication
+comfyui_port = 8188  # ComfyUI's default --port
+# --base-directory: models/, custom_nodes/, input/, output/, user/ (user files live here)
+comfyui_base_dir = "/srv/rigup/comfyui"
+comfyui_cpu = False  # True: --cpu (no GPU; slow): the lab runs ComfyUI this way
+comfyui_gpu_index = 0  # --cuda-device in media mode (VoxCPM2 takes the other card)
+# --reserve-vram: GiB ComfyUI leaves free on its card; ComfyUI takes the rest (VRAM budget).
+# ComfyUI's own default reserve on Linux is 0.4 GiB (comfy/model_management.py); 1 GiB also
+# leaves room for a desktop session on the card.
+comfyui_reserve_vram_gib = 1.0
+comfyui_extra_args = []  # more flags, checked by the pinned ComfyUI's own parser; never
+#                          --highvram/--gpu-only on 24 GB cards (refused)
+comfyui_start_timeout_s = 600  # import of torch + custom nodes until GET /system_stats answers
+comfyui_env = {}  # extra environment for the service
+# Model manifests placed in the store and linked into comfyui_base_dir/models/<folder>:
+# "flux2-dev" (files/model/manifests/flux2-dev.toml) and "ltx-2.3" (four manifests, see
+# roles/comfyui COMFYUI_MODEL_SETS); any manifest name or absolute .toml path works too.
+comfyui_models = ["flux2-dev", "ltx-2.3"]

@@ -7,31 +7,6 @@ from pyinfra import host, logger
 from pyinfra.operations import files, server, systemd
 
 
-def gpu_start_blocker(gpus: int, has_driver: bool) -> str | None:
-    """Why a GPU service cannot start on a host, or None when it can.
-
-    ``gpus``: the ``nvidia_gpu_count`` the inventory declares; ``has_driver``: ``nvidia-smi`` is
-    on PATH (the NVIDIA driver is installed).
-    """
-    if gpus == 0:
-        return "this host declares no NVIDIA GPUs (nvidia_gpu_count = 0)"
-    if not has_driver:
-        return (
-            f"it declares {gpus} GPU(s) but has no NVIDIA driver (no nvidia-smi on PATH, and "
-            "this run does not install it)"
-        )
-    return None
-
-
-def has_nvidia_driver(gpus: int) -> bool:
-    """The NVIDIA driver is there for GPU services: ``nvidia-smi`` is on PATH, or this run's
-    NVIDIA deploy installs it (roles.nvidia.driver_usable; asked only of hosts that declare
-    GPUs)."""
-    from roles.nvidia import driver_usable  # roles.nvidia imports roles.common
-
-    return driver_usable(gpus)
-
-
 def service_account(user: str, home: str, comment: str) -> None:
     """System user ``user`` (no login, group ``video`` for /dev/nvidia*) with its home ``home``
     (0750) and ``home/tmp`` (0700), both owned by it."""
@@ -50,28 +25,50 @@ def service_account(user: str, home: str, comment: str) -> None:
     )
 
 
-def unit_state(
-    unit: str, component: str, blocker: str | None, restart_if, installed: str = "installed"
+def mode_unit_state(
+    unit: str,
+    component: str,
+    blocker: str | None,
+    target: str,
+    mode: str,
+    restart_if,
+    relink_if=None,
+    installed: str = "installed",
+    hint: str = "",
 ) -> None:
-    """Hold ``unit`` enabled and running, restarted when ``restart_if`` fires (a pyinfra
-    ``any_changed(...)`` condition); or, when ``blocker`` says why it cannot run, installed but
-    stopped and disabled, with a warning "<component>: <blocker>: <unit> is <installed> but not
-    started" (``installed``: what the role did instead, e.g. "installed and checked")."""
+    """State of a service that belongs to a GPU mode (roles/modes).
+
+    Where it can run (``blocker`` None) the unit is enabled, i.e. linked into ``target``, and
+    left to the mode to start: the modes deploy starts the boot mode when none runs, and
+    ``rigup-mode`` switches. Here it is only restarted if it is running and ``restart_if`` fires
+    (a pyinfra ``any_changed(...)``), and re-linked when ``relink_if`` fires (its [Install]
+    section may have changed). Otherwise it is installed, stopped and disabled, and the run says
+    why: "<component>: <blocker>: <unit> is <installed> but not started ... <hint>".
+    """
     if blocker is None:
         systemd.service(
-            name=f"{unit} enabled and running", service=unit, running=True, enabled=True
-        )
-        systemd.service(
-            name=f"Restart {unit} (its inputs changed)",
+            name=f"{unit} enabled in {target} (runs in the {mode} mode)",
             service=unit,
-            running=True,
+            running=None,
+            enabled=True,
+        )
+        if relink_if is not None:
+            server.shell(
+                name=f"Re-link {unit} into {target} (its [Install] section may have changed)",
+                commands=[f"systemctl reenable {unit}"],
+                _if=relink_if,
+            )
+        systemd.service(
+            name=f"Restart {unit} if running (its inputs changed)",
+            service=unit,
+            running=None,
             restarted=True,
             _if=restart_if,
         )
         return
     logger.warning(
         f"[{host.name}] {component}: {blocker}: {unit} is {installed} but not started "
-        "(kept stopped and disabled)."
+        f"(kept stopped and out of {target}{'; ' + hint if hint else ''})."
     )
     systemd.service(
         name=f"{unit} installed, not started (no GPUs or no driver)",

@@ -336,6 +336,128 @@ RULES: dict[str, Check] = {
 }
 
 
+# --- GPU modes, VRAM budget and ComfyUI (issue 4) -----------------------------------------------
+#: GPU modes (roles/modes/budget.py MODES): the systemd target each one starts
+GPU_MODES = ("llm", "media")
+
+#: ComfyUI flags rigup sets from its own settings (roles/comfyui/flags.py), so not allowed in
+#: comfyui_extra_args.
+COMFYUI_MANAGED_FLAGS = (
+    "--listen",
+    "--port",
+    "--base-directory",
+    "--database-url",
+    "--cuda-device",
+    "--reserve-vram",
+    "--cpu",
+)
+#: ComfyUI flags refused on 24 GB cards: they keep every model in VRAM and defeat the
+#: offloading FLUX.2 Dev and LTX-2.3 need there (comfy/cli_args.py, "vram_group" of the pinned
+#: release; --high-vram is the common misspelling of --highvram and does not exist).
+COMFYUI_REFUSED_FLAGS = ("--highvram", "--gpu-only", "--high-vram")
+
+_GIT_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _boolean(value: Any) -> str | None:
+    if not isinstance(value, bool):
+        return f"must be True or False, got {value!r}"
+    return None
+
+
+def _git_source(value: Any) -> str | None:
+    """A git URL (https://, ssh://, git@host:path) or an absolute path to a local mirror."""
+    if isinstance(value, str) and value.startswith("/"):
+        return _abs_path(value)
+    if not isinstance(value, str) or not re.match(r"^(https://|ssh://|git@)[^\s'\"]+$", value):
+        return f"must be an https://, ssh:// or git@ URL, or an absolute path to a mirror; got {value!r}"
+    return None
+
+
+def _manifest_list(value: Any) -> str | None:
+    """Model manifest references: names (files/model/manifests/<name>.toml) or absolute .toml
+    paths on the controller (issue 5's manifest format, for tests and labs)."""
+    problem = _str_list(value)
+    if problem:
+        return problem
+    bad = [
+        v
+        for v in value
+        if not (_SAFE_NAME.match(v) or (v.endswith(".toml") and _abs_path(v) is None))
+    ]
+    return f"has invalid names (a manifest name or an absolute .toml path): {bad}" if bad else None
+
+
+RULES.update(
+    {
+        "rigup_mode": _choice(GPU_MODES),
+        "nvidia_gpu_vram_gib": _number(1.0, 1024.0),
+        "cuda_context_gib": _number(0.0, 16.0),
+        "comfyui_install": _boolean,
+        "comfyui_git_url": _git_source,
+        "comfyui_commit": _matches(_GIT_COMMIT, "a full 40-character git commit id"),
+        "comfyui_version": _matches(_VERSION, "a release number such as 0.8.0"),
+        "comfyui_user": _matches(_UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
+        "comfyui_python": _matches(
+            re.compile(r"^(/[\w./+-]+|python3(\.\d+)?)$"), "python3, python3.X or an absolute path"
+        ),
+        "comfyui_host": _host_address,
+        "comfyui_port": _integer(1, 65535),
+        "comfyui_base_dir": _abs_path,
+        "comfyui_cpu": _boolean,
+        "comfyui_gpu_index": _integer(0, 15),
+        "comfyui_reserve_vram_gib": _number(0.0, 1024.0),
+        "comfyui_extra_args": _str_list,
+        "comfyui_start_timeout_s": _integer(10, 24 * 3600),
+        "comfyui_env": _env_mapping,
+        "comfyui_models": _manifest_list,
+    }
+)
+
+
+def _modes_consistency(values: Mapping[str, Any], data: Mapping[str, Any] | Any) -> list[str]:
+    """Issue 4 rules over several keys: ComfyUI flags, and the per-GPU VRAM budget of each mode
+    (roles/modes/budget.py; ``data`` gives the VoxCPM2 keys that may not be in RULES)."""
+    from roles.modes.budget import budget_problems
+
+    problems = []
+    flags = {a.split("=", 1)[0] for a in values["comfyui_extra_args"]}
+    managed = sorted(flags & set(COMFYUI_MANAGED_FLAGS))
+    if managed:
+        problems.append(
+            f"comfyui_extra_args: {', '.join(managed)} is set by its own setting (comfyui_host, "
+            "comfyui_port, comfyui_base_dir, comfyui_gpu_index, comfyui_reserve_vram_gib, "
+            "comfyui_cpu); set it there instead"
+        )
+    refused = sorted(flags & set(COMFYUI_REFUSED_FLAGS))
+    if refused:
+        problems.append(
+            f"comfyui_extra_args: {', '.join(refused)} keeps every model in VRAM and defeats "
+            "ComfyUI's offloading, which FLUX.2 Dev and LTX-2.3 need on 24 GB cards; remove it"
+        )
+    if values["comfyui_base_dir"].rstrip("/") in (
+        values["model_store_dir"].rstrip("/"),
+        values["rigup_prefix"].rstrip("/"),
+    ):
+        problems.append(
+            "comfyui_base_dir: must be a directory of its own (it holds user outputs), not "
+            f"{values['comfyui_base_dir']}"
+        )
+    # The VoxCPM2 keys belong to its role's rules; until those are merged, check their types
+    # here so that the budget below never sees a value it cannot add up.
+    voxcpm = {k: data.get(k) for k in ("voxcpm_vram_gib", "voxcpm_gpu_index", "voxcpm_install")}
+    for key, check in (
+        ("voxcpm_vram_gib", _number(0.0, 1024.0)),
+        ("voxcpm_gpu_index", _integer(0, 15)),
+    ):
+        problem = None if voxcpm[key] is None else check(voxcpm[key])
+        if problem and key not in RULES:
+            problems.append(f"{key}: {problem}")
+    if not problems:
+        problems.extend(budget_problems({**voxcpm, **values}))
+    return problems
+
+
 def _consistency(data: Mapping[str, Any]) -> list[str]:
     """Rules that relate several keys; only called once every key passed its own check."""
     problems = []
@@ -420,6 +542,7 @@ def validate(data: Mapping[str, Any] | Any) -> list[str]:
     if not problems:
         problems.extend(_consistency(values))
         problems.extend(_voxcpm_consistency(values))
+        problems.extend(_modes_consistency(values, data))  # issue 4
     return problems
 
 

@@ -21,13 +21,17 @@ from pyinfra.operations.util import any_changed
 
 from roles.common.operations import check_passes, fingerprint, uv_venv_synced
 from roles.common.paths import Paths
-from roles.common.service import gpu_start_blocker, has_nvidia_driver, service_account, unit_state
+from roles.common.service import mode_unit_state, service_account
 from roles.common.settings import require_valid_settings
+from roles.common.urls import local_probe_url
+from roles.modes import gpu_hold_back_reason
+from roles.modes.budget import MODES, SERVICE_MODES
 from roles.nvidia import NvidiaPaths, cuda_env
 from roles.vllm.flags import exec_start, serve_args, service_env
 
 FILES = Path(__file__).resolve().parents[2] / "files"
 UNIT = "vllm.service"
+TARGET = MODES[SERVICE_MODES[UNIT]]  # rigup-llm.target
 
 
 def _sha256(path: Path) -> str:
@@ -36,26 +40,22 @@ def _sha256(path: Path) -> str:
 
 def health_url(data) -> str:
     """URL of vLLM's ``/health`` endpoint as seen from the host itself."""
-    bind = str(data.get("vllm_host"))
-    probe = "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
-    if ":" in probe:
-        probe = f"[{probe}]"
-    return f"http://{probe}:{data.get('vllm_port')}/health"
+    return local_probe_url(str(data.get("vllm_host")), data.get("vllm_port"), "/health")
 
 
 @deploy("vLLM")
 def vllm() -> None:
     """Build the locked venv, check the flags and the checkpoint with vLLM, install the unit.
 
-    On a host that declares GPUs (``nvidia_gpu_count`` > 0) the service is enabled, started and
-    restarted when its inputs change. On a host with none it is installed, stopped and disabled,
-    and the run says so. Raises ``SettingsError`` before any change on invalid settings.
+    On a host that declares GPUs (``nvidia_gpu_count`` > 0) and has the NVIDIA driver the service
+    is linked into ``rigup-llm.target`` (started with the LLM mode by roles/modes) and restarted,
+    when running, if its inputs change. Elsewhere it is installed, stopped and disabled, and the
+    run says so. Raises ``SettingsError`` before any change on invalid settings.
     """
     data = host.data
     require_valid_settings(data, host.name)
     p = Paths.from_data(data)
     user = data.vllm_user
-    gpus = data.nvidia_gpu_count
 
     service_account(user, p.vllm_home, "rigup vLLM service")
     for path in (p.vllm_root, p.vllm_scripts, p.vllm_etc):
@@ -167,14 +167,21 @@ def vllm() -> None:
         wait_ready=f"{p.vllm_scripts}/wait-ready",
         health_url=health_url(data),
         start_timeout_s=data.vllm_start_timeout_s,
+        target=TARGET,
         interconnect_env=NvidiaPaths.from_data(data).interconnect_env,
     )
     systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
 
-    unit_state(
+    # Modes (roles/modes): vllm.service runs in the LLM mode only. Where it can run it is linked
+    # into rigup-llm.target (enabled) and the modes deploy starts it with that mode; here it is
+    # only restarted when running and its inputs changed.
+    mode_unit_state(
         UNIT,
         "vLLM",
-        gpu_start_blocker(gpus, has_nvidia_driver(gpus)),
+        gpu_hold_back_reason(data),
+        TARGET,
+        "llm",
         any_changed(unit, env_file, argv, venv, lock),
+        relink_if=unit.did_change,
         installed="installed and checked",
     )

@@ -22,9 +22,10 @@ from pyinfra.operations.util import any_changed
 
 from roles.common.operations import uv_venv_synced
 from roles.common.paths import Paths
-from roles.common.service import has_nvidia_driver, service_account, unit_state
+from roles.common.service import mode_unit_state, service_account
 from roles.common.settings import require_valid_settings
 from roles.model import place_model
+from roles.nvidia import driver_usable
 from roles.voxcpm.python import PythonVersion, managed_python_installed
 from roles.voxcpm.service import (
     MEDIA_TARGET,
@@ -144,15 +145,18 @@ def voxcpm() -> None:
     )
     systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
 
-    blocker = start_decision(data, has_nvidia_driver(data.nvidia_gpu_count))
+    blocker = start_decision(data, driver_usable(data.nvidia_gpu_count))
     if blocker is None and data.voxcpm_test_double_synthesizer:
         logger.warning(
             f"[{host.name}] VoxCPM2: voxcpm_test_double_synthesizer is on: {UNIT} serves a "
             "TEST DOUBLE tone, not VoxCPM2 speech (tests only)."
         )
-    unit_state(
+    mode_unit_state(
         UNIT,
         "VoxCPM2",
         blocker,
+        MEDIA_TARGET,
+        "media",
         any_changed(unit, env_file, venv, lock, server_file, python),
+        relink_if=unit.did_change,
     )

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from roles.common.service import gpu_start_blocker
 from roles.vllm.flags import systemd_quote
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,4 +165,9 @@ def start_decision(data: Any, has_driver: bool) -> str | None:
     """
     if data.get("voxcpm_test_double_synthesizer"):
         return None
-    return gpu_start_blocker(data.get("nvidia_gpu_count"), has_driver)
+    gpus = data.get("nvidia_gpu_count")
+    if gpus == 0:
+        return "this host declares no NVIDIA GPUs (nvidia_gpu_count = 0)"
+    if not has_driver:
+        return f"it declares {gpus} GPU(s) but has no NVIDIA driver (no nvidia-smi on PATH)"
+    return None

@@ -136,12 +136,19 @@ def test_env_file_private_and_complete(host, data, paths):
 
 
 @pytest.mark.unit(UNIT)
-def test_service_state_follows_gpus(host, has_gpus, data):
+def test_service_state_follows_gpus_and_the_mode(host, has_gpus, data):
+    """Where it can run, vLLM is linked into rigup-llm.target and runs exactly in the LLM mode
+    (roles/modes); elsewhere it stays stopped and unlinked."""
     svc = host.service(UNIT)
     if has_gpus and host.exists("nvidia-smi"):
-        assert svc.is_enabled and svc.is_running, f"{UNIT} should be enabled and running"
-        out = host.run(f"curl -fsS -o /dev/null -w '%{{http_code}}' {health_url(data)}")
-        assert out.stdout == "200", f"{health_url(data)} answered {out.stdout!r}"
+        assert svc.is_enabled, f"{UNIT} should be enabled (linked into rigup-llm.target)"
+        llm = host.run("systemctl is-active rigup-llm.target").stdout.strip() == "active"
+        assert svc.is_running == llm, (
+            f"{UNIT} {'is not' if llm else 'is'} running in the {'llm' if llm else 'media'} mode"
+        )
+        if llm:
+            out = host.run(f"curl -fsS -o /dev/null -w '%{{http_code}}' {health_url(data)}")
+            assert out.stdout == "200", f"{health_url(data)} answered {out.stdout!r}"
     else:
         assert not svc.is_running and not svc.is_enabled, (
             f"{UNIT} must stay stopped and disabled on a host without GPUs or NVIDIA driver"

@@ -538,3 +538,96 @@ SCENARIOS = {
         voxcpm_venv_on_old_python,
     )
 }
+
+
+# --- GPU modes, VRAM budget and ComfyUI (issue 4) -------------------------------------------------
+def _mode_state(active: str, services: dict[str, str]) -> dict:
+    """Answer of roles.modes.ModeTargets: ``active`` target up, each service with its state."""
+    lines = []
+    for target in ("rigup-llm.target", "rigup-media.target"):
+        lines.append(f"@target {target} {'active' if target == active else 'inactive'}")
+        lines += [f"@wants {target} {unit} {state}" for unit, state in services.items()
+                  if (unit == "vllm.service") == (target == "rigup-llm.target")]  # fmt: skip
+    return {"for t in rigup-llm.target rigup-media.target": lines}
+
+
+def _running(*units: str) -> dict:
+    """pyinfra's SystemdStatus answers: each unit active (SubState=running)."""
+    return {
+        re.compile(rf"--property SubState '?{re.escape(u)}"): [f"Id={u}", "SubState=running"]
+        for u in units
+    }
+
+
+def llm_mode_running():
+    """A converged rig in the LLM mode: vllm.service up, the media mode's ComfyUI down."""
+    return {
+        **_running("vllm.service"),
+        **_mode_state(
+            "rigup-llm.target", {"vllm.service": "active", "comfyui.service": "inactive"}
+        ),
+        **_converged_nvidia(),
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+    }, {}
+
+
+def media_mode_by_user():
+    """The owner switched to the media mode with rigup-mode; the default is still llm."""
+    return {
+        **_running("comfyui.service"),
+        **_mode_state(
+            "rigup-media.target", {"vllm.service": "inactive", "comfyui.service": "active"}
+        ),
+        **_converged_nvidia(),
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+    }, {}
+
+
+def media_oversubscribed():
+    """VoxCPM2 (8 GiB) put on ComfyUI's GPU, which ComfyUI fills but for a 1 GiB reserve."""
+    return {**_converged_nvidia(), **_ubuntu_2604(), **_driver(), **_mirror_present()}, {
+        "voxcpm_vram_gib": 8.0,
+        "voxcpm_gpu_index": 0,
+    }
+
+
+def llm_oversubscribed():
+    """vLLM asked for 99 % of each card, plus its CUDA context outside that budget."""
+    return {**_converged_nvidia(), **_ubuntu_2604(), **_driver(), **_mirror_present()}, {
+        "vllm_gpu_memory_utilization": 0.99
+    }
+
+
+def comfyui_highvram():
+    """--highvram in comfyui_extra_args: defeats offloading on 24 GB cards."""
+    return {**_converged_nvidia(), **_ubuntu_2604(), **_driver(), **_mirror_present()}, {
+        "comfyui_extra_args": ["--highvram"]
+    }
+
+
+def comfyui_on_cpu_no_gpu():
+    """The lab's shape: no GPU declared, ComfyUI on the CPU, media mode at boot."""
+    return {**_ubuntu_2604(), **_mirror_present()}, {
+        "nvidia_gpu_count": 0,
+        "comfyui_cpu": True,
+        "rigup_mode": "media",
+    }
+
+
+SCENARIOS.update(
+    {
+        f.__name__: f
+        for f in (
+            llm_mode_running,
+            media_mode_by_user,
+            media_oversubscribed,
+            llm_oversubscribed,
+            comfyui_highvram,
+            comfyui_on_cpu_no_gpu,
+        )
+    }
+)

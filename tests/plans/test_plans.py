@@ -67,14 +67,24 @@ def test_fresh_rig_plans_every_component_in_order(fresh_rig):
         "vLLM | Check the serve arguments with vLLM's own parser",
         "vLLM | Check the checkpoint is served text-only (language_model_only) with vLLM's config code",
         "vLLM | Unit vllm.service",
-        "vLLM | vllm.service enabled and running",
+        "vLLM | vllm.service enabled in rigup-llm.target (runs in the llm mode)",
+        "ComfyUI | ComfyUI 0.8.0 source at fc0cb10bcbee",
+        "ComfyUI | ComfyUI venv (uv, locked)",
+        "ComfyUI | Check the main.py arguments with the pinned ComfyUI's own parser",
+        "ComfyUI | Unit comfyui.service",
+        "ComfyUI | comfyui.service enabled in rigup-media.target (runs in the media mode)",
+        "GPU modes | Unit rigup-llm.target",
+        "GPU modes | Unit rigup-media.target",
+        "GPU modes | Switch command rigup-mode",
+        "GPU modes | rigup-llm.target is the boot mode",
+        "GPU modes | A mode is running (llm when none is)",
     ]
     assert [n for n in names if n in order] == order
 
 
-def test_fresh_rig_restarts_only_on_change(fresh_rig):
-    assert "vLLM | Restart vllm.service (its inputs changed)" in conditional(fresh_rig)
+def test_fresh_rig_reloads_only_on_change(fresh_rig):
     assert "vLLM | systemd daemon-reload" in conditional(fresh_rig)
+    assert "ComfyUI | systemd daemon-reload" in conditional(fresh_rig)
 
 
 def test_fresh_rig_reboots_only_if_the_install_changes_something(fresh_rig):
@@ -101,7 +111,7 @@ def test_host_without_gpus_or_driver_installs_but_does_not_start(scenario, deplo
     assert "vLLM | vllm.service installed, not started (no GPUs or no driver)" in [
         op["name"] for op in parsed["plan"]
     ]
-    assert not any("enabled and running" in n or "Restart" in n for n in names)
+    assert not any("enabled in rigup-llm.target" in n or "Restart" in n for n in names)
     assert why in err and "not started" in err
 
 
@@ -218,7 +228,7 @@ def test_nvlink_optional_degraded_converges_with_p2p_off():
     assert "NVLink not verified" in err and "P2P and custom all-reduce off" in err
 
 
-@pytest.mark.parametrize("component", ["base", "nvidia", "model", "vllm"])
+@pytest.mark.parametrize("component", ["base", "nvidia", "model", "vllm", "comfyui", "modes"])
 def test_each_component_deploy_plans_alone(component):
     rc, parsed, err = plan("fresh_rig", f"deploys/{component}.py")
     assert rc == 0, err

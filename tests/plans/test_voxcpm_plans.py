@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.plans.test_plans import assert_refused_before_any_change, changes, conditional, plan
+from tests.plans.test_plans import assert_refused_before_any_change, changes, plan
 
 CPYTHON = "VoxCPM2 | CPython 3.12.16 (uv managed Python) for VoxCPM2"
 
@@ -12,7 +12,7 @@ CPYTHON = "VoxCPM2 | CPython 3.12.16 (uv managed Python) for VoxCPM2"
 def test_fresh_rig_plans_voxcpm_after_vllm_in_order(fresh_rig):
     names = changes(fresh_rig)
     order = [
-        "vLLM | vllm.service enabled and running",
+        "vLLM | vllm.service enabled in rigup-llm.target (runs in the llm mode)",
         "VoxCPM2 | Service user voxcpm",
         CPYTHON,
         "VoxCPM2 | voxcpm 2.0.3 venv (uv, locked, Python 3.12.16)",
@@ -20,10 +20,13 @@ def test_fresh_rig_plans_voxcpm_after_vllm_in_order(fresh_rig):
         "VoxCPM2 | Place model voxcpm2@unverified-2026-11",
         "VoxCPM2 | VoxCPM2 environment file",
         "VoxCPM2 | Unit voxcpm.service",
-        "VoxCPM2 | voxcpm.service enabled and running",
+        "VoxCPM2 | voxcpm.service enabled in rigup-media.target (runs in the media mode)",
     ]
     assert [n for n in names if n in order] == order
-    assert "VoxCPM2 | Restart voxcpm.service (its inputs changed)" in conditional(fresh_rig)
+    # restarted only if it runs (the mode starts it): planned, nothing to restart on a fresh rig
+    assert "VoxCPM2 | Restart voxcpm.service if running (its inputs changed)" in [
+        op["name"] for op in fresh_rig["plan"]
+    ]
 
 
 def test_voxcpm_deploy_plans_alone_and_firewalled_rig_plans_the_same():

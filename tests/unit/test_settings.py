@@ -82,9 +82,11 @@ def test_speculative_decoding_can_be_off(settings):
 
 def test_tensor_parallel_must_fit_declared_gpus(settings):
     settings["nvidia_gpu_count"] = 1
-    settings["voxcpm_gpu_index"] = 0  # issue 4: VoxCPM2's default GPU 1 needs a second GPU too
-    (problem,) = validate(settings)
-    assert problem.startswith("vllm_tensor_parallel_size: 2 is more than the 1 GPU(s)")
+    settings["voxcpm_gpu_index"] = 0  # VoxCPM2's default GPU 1 needs a second GPU too
+    problems = validate(settings)
+    assert problems[0].startswith("vllm_tensor_parallel_size: 2 is more than the 1 GPU(s)")
+    # and the media mode no longer fits one card either (ComfyUI 23 GiB + VoxCPM2 8 GiB)
+    assert problems[1].startswith("VRAM budget: media mode oversubscribes GPU 0: 31.0 of 24 GiB")
 
 
 def test_host_without_gpus_keeps_seed_tensor_parallel(settings):

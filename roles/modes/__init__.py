@@ -1,0 +1,193 @@
+"""modes: one GPU mode at a time, as conflicting systemd targets, with a VRAM budget.
+
+vLLM at tensor parallel 2 fills both 24 GB cards, so the rig runs either the LLM mode
+(``rigup-llm.target``: vllm.service) or the media mode (``rigup-media.target``: comfyui.service,
+voxcpm.service). The targets conflict, so starting one stops the other and, through each
+service's ``PartOf=``, its services, before the new mode's services start. Each service unit is
+``WantedBy=`` its mode's target; a service is *enabled* (linked into its target) only on a host
+where it can run, so on a host without GPUs or NVIDIA driver the targets still switch for real
+while the GPU services stay installed and stopped.
+
+Settings: rigup_mode (the mode at boot and after a fresh deploy), nvidia_gpu_vram_gib,
+cuda_context_gib and each service's share (roles/modes/budget.py). The budget is checked with
+the other settings, before any change (roles/common/settings.py).
+
+Switch with ``rigup-mode llm|media`` (files/modes/rigup-mode.j2); ``rigup-mode`` alone shows the
+mode and its services.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from pyinfra import host, logger
+from pyinfra.api import FactBase, deploy, operation
+from pyinfra.operations import files, systemd
+from pyinfra.operations.util import any_changed
+
+from roles.common.paths import Paths
+from roles.common.settings import require_valid_settings
+from roles.modes.budget import MODES, SERVICE_MODES, budget_report
+
+FILES = Path(__file__).resolve().parents[2] / "files"
+UNIT_DIR = "/etc/systemd/system"
+#: where the switch command is linked so that it is on root's PATH
+COMMAND_LINK = "/usr/local/sbin/rigup-mode"
+
+
+def mode_services(data) -> dict[str, list[str]]:
+    """Services installed on this host per mode: ``{"llm": ["vllm.service"], "media": [...]}``.
+
+    ComfyUI counts when ``comfyui_install`` is true, VoxCPM2 when its settings exist
+    (``voxcpm_vram_gib``) and ``voxcpm_install`` is not false.
+    """
+    installed = {
+        "vllm.service": True,
+        "comfyui.service": bool(data.get("comfyui_install")),
+        "voxcpm.service": data.get("voxcpm_vram_gib") is not None
+        and data.get("voxcpm_install") is not False,
+    }
+    return {
+        mode: [s for s, m in SERVICE_MODES.items() if m == mode and installed[s]] for mode in MODES
+    }
+
+
+def gpu_hold_back_reason(data) -> str | None:
+    """Why a GPU service cannot run on the current host, or None when it can.
+
+    It can where :func:`roles.nvidia.driver_usable` says so: the host declares GPUs
+    (``nvidia_gpu_count`` > 0) and has the NVIDIA driver (``nvidia-smi`` on PATH) or gets it in
+    this run. Reads facts, so call it inside a deploy.
+    """
+    from roles.nvidia import driver_usable
+
+    gpus = data.get("nvidia_gpu_count")
+    if driver_usable(gpus):
+        return None
+    if gpus == 0:
+        return "this host declares no NVIDIA GPUs (nvidia_gpu_count = 0)"
+    return f"it declares {gpus} GPU(s) but has no NVIDIA driver (no nvidia-smi on PATH)"
+
+
+class ModeTargets(FactBase):
+    """State of each mode target and of the units it wants (the enabled services).
+
+    Returns ``{"rigup-llm.target": {"state": "active", "wants": {"vllm.service": "active"}},
+    ...}`` with systemctl's ActiveState words (active, inactive, activating, failed, ...). A
+    target that is not installed reads as ``inactive`` with no wants.
+    """
+
+    def command(self, targets: list[str]) -> str:
+        loop = " ".join(shlex.quote(t) for t in targets)
+        return (
+            f"for t in {loop}; do "
+            'echo "@target $t $(systemctl is-active "$t" 2>/dev/null || true)"; '
+            'for u in $(systemctl show -p Wants --value "$t" 2>/dev/null); do '
+            'echo "@wants $t $u $(systemctl is-active "$u" 2>/dev/null || true)"; done; done'
+        )
+
+    def process(self, output: list[str]) -> dict[str, dict]:
+        targets: dict[str, dict] = {}
+        for line in output:
+            words = line.split()
+            if len(words) >= 2 and words[0] == "@target":
+                state = words[2] if len(words) > 2 else "inactive"
+                targets[words[1]] = {"state": state, "wants": {}}
+            elif len(words) >= 3 and words[0] == "@wants" and words[1] in targets:
+                state = words[3] if len(words) > 3 else "inactive"
+                targets[words[1]]["wants"][words[2]] = state
+        return targets
+
+
+#: ActiveState values that count as up (a service in ExecStartPost= is still "activating")
+UP = ("active", "activating", "reloading")
+
+
+@operation()
+def mode_active(default_target: str, targets: list[str]):
+    """Keep one mode running: the active one, or ``default_target`` when none is active.
+
+    + default_target: target to start when no mode target is active (fresh host, after boot
+      into no mode)
+    + targets: every mode target
+
+    A mode the user switched to with ``rigup-mode`` is kept, not reverted to the default. The
+    mode's enabled services that are down are started (``systemctl start`` returns when each
+    answers its readiness check, or fails naming the unit). A no-op when the mode and all its
+    enabled services are up.
+    """
+    state = host.get_fact(ModeTargets, targets=targets) or {}
+    active = [t for t in targets if state.get(t, {}).get("state") in UP]
+    target = active[0] if active else default_target
+    wants = state.get(target, {}).get("wants", {})
+    down = sorted(u for u, s in wants.items() if s not in UP)
+    if active and not down:
+        up = ", ".join(sorted(wants)) or "no enabled services"
+        host.noop(f"{target} is active ({up})")
+        return
+    yield f"systemctl start {shlex.quote(target)}"
+    # After the target start, the wanted services (read again on the host: a first deploy has
+    # just enabled them) are started explicitly so that the run waits for their readiness.
+    yield (
+        f"w=$(systemctl show -p Wants --value {shlex.quote(target)}); "
+        'if [ -n "$w" ]; then systemctl start $w; fi'
+    )
+
+
+@deploy("GPU modes")
+def modes() -> None:
+    """Install both mode targets and ``rigup-mode``, make ``rigup_mode`` the boot mode, and keep
+    a mode running. Runs after the service roles (deploys/full.py), which link each service into
+    its target where it can run. Raises ``SettingsError`` (VRAM budget included) before any
+    change."""
+    data = host.data
+    require_valid_settings(data, host.name)
+    p = Paths.from_data(data)
+    for mode, lines in budget_report(data).items():
+        for line in lines or ["no GPU services"]:
+            logger.info(f"[{host.name}] VRAM budget, {mode} mode: {line}")
+
+    services = mode_services(data)
+    changed = []
+    for mode, target in MODES.items():
+        others = [t for m, t in MODES.items() if m != mode]
+        changed.append(
+            files.template(
+                name=f"Unit {target}",
+                src=str(FILES / "modes" / "rigup-mode.target.j2"),
+                dest=f"{UNIT_DIR}/{target}",
+                mode="644",
+                mode_name=mode,
+                services=services[mode],
+                others=others,
+                # one ordering edge between the two targets is enough (and avoids a cycle)
+                order_after=mode != next(iter(MODES)),
+            )
+        )
+    files.directory(name=f"Directory {p.prefix}/bin", path=f"{p.prefix}/bin", mode="755")
+    command = f"{p.prefix}/bin/rigup-mode"
+    files.template(
+        name="Switch command rigup-mode",
+        src=str(FILES / "modes" / "rigup-mode.j2"),
+        dest=command,
+        mode="755",
+        modes=services,
+        names=list(MODES),
+        default=data.rigup_mode,
+    )
+    files.link(name=f"Link {COMMAND_LINK}", path=COMMAND_LINK, target=command)
+    systemd.daemon_reload(name="systemd daemon-reload (mode targets)", _if=any_changed(*changed))
+    for mode, target in MODES.items():
+        boot = mode == data.rigup_mode
+        systemd.service(
+            name=f"{target} {'is' if boot else 'is not'} the boot mode",
+            service=target,
+            running=None,
+            enabled=boot,
+        )
+    mode_active(
+        name=f"A mode is running ({data.rigup_mode} when none is)",
+        default_target=MODES[data.rigup_mode],
+        targets=list(MODES.values()),
+    )

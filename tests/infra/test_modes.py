@@ -1,0 +1,57 @@
+"""GPU modes: both targets installed and conflicting, the boot mode enabled, exactly one mode
+active, every installed service linked to its mode, and the switch command on root's PATH."""
+
+import pytest
+
+from roles.modes import COMMAND_LINK, mode_services
+from roles.modes.budget import MODES, SERVICE_MODES
+
+
+def _props(host, unit: str, *names: str) -> dict[str, str]:
+    out = host.run(f"systemctl show {unit} " + " ".join(f"-p {n}" for n in names))
+    return dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_target_installed_and_conflicting(host, mode):
+    target = MODES[mode]
+    props = _props(host, target, "LoadState", "Conflicts")
+    assert props.get("LoadState") == "loaded", f"{target} is not installed: run deploys/modes.py"
+    others = [t for m, t in MODES.items() if m != mode]
+    for other in others:
+        assert other in props.get("Conflicts", ""), f"{target} does not conflict with {other}"
+
+
+def test_boot_mode_is_the_setting(host, data):
+    for mode, target in MODES.items():
+        state = host.run(f"systemctl is-enabled {target}").stdout.strip()
+        want = "enabled" if mode == data.get("rigup_mode") else "disabled"
+        assert state == want, f"{target} is {state}, expected {want} (rigup_mode)"
+
+
+def test_exactly_one_mode_is_active(host):
+    active = [t for t in MODES.values() if host.run(f"systemctl is-active {t}").rc == 0]
+    assert len(active) == 1, f"active mode targets: {active} (run deploys/modes.py)"
+
+
+def test_each_installed_service_belongs_to_its_mode(host, data):
+    for mode, services in mode_services(data).items():
+        for service in services:
+            props = _props(host, service, "PartOf", "LoadState")
+            assert props.get("LoadState") == "loaded", f"{service} is not installed"
+            assert MODES[SERVICE_MODES[service]] in props.get("PartOf", ""), (
+                f"{service} is not PartOf={MODES[mode]}: re-run its deploy"
+            )
+
+
+def test_switch_command(host, data):
+    cmd = host.file(COMMAND_LINK)
+    assert cmd.is_symlink, f"{COMMAND_LINK} is missing: run deploys/modes.py"
+    out = host.run(COMMAND_LINK)
+    assert out.rc == 0, out.stderr
+    active = [m for m, t in MODES.items() if host.run(f"systemctl is-active {t}").rc == 0]
+    assert f"mode: {active[0] if active else 'none'} (boot default: {data.get('rigup_mode')})" in (
+        out.stdout
+    )
+    bad = host.run(f"{COMMAND_LINK} turbo")
+    assert bad.rc == 2 and "usage: rigup-mode" in bad.stderr

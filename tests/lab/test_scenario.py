@@ -266,7 +266,11 @@ def test_backup_then_restore_after_a_lost_disk(converged):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     backup = json.loads(converged.ssh("cat /srv/backup/rigup-backup.json").stdout)
     assert backup["models"][0]["status"] == "copied"
-    converged.ssh(f"rm -rf /srv/rigup/models && mv {scenario.LAB_MODEL_MIRROR} /srv/mirror.away")
+    # The LLM's store directory and its mirror are lost (the other models stay: later tests and
+    # the idempotence checks rely on them; deploys/model.py restores the LLM).
+    converged.ssh(
+        f"rm -rf {LLM_DIR.rsplit('/', 1)[0]} && mv {scenario.LAB_MODEL_MIRROR} /srv/mirror.away"
+    )
     try:
         proc = _model_run('model_local_dirs=["/srv/backup"]')
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -293,7 +297,7 @@ def test_placed_from_a_hugging_face_cache_resolved_offline(converged, tmp_path):
     commit = build_hf_cache(tmp_path / "hub", "Intel/Qwen3.6-27B-int4-AutoRound", files)
     converged.ssh("mkdir -p /srv/hf-cache")
     converged.push(tmp_path / "hub", "/srv/hf-cache")
-    converged.ssh("rm -rf /srv/rigup/models")
+    converged.ssh(f"rm -rf {LLM_DIR.rsplit('/', 1)[0]}")
     proc = _model_run('model_local_dirs=["/srv/hf-cache"]', env={"HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     placed = _report(converged)

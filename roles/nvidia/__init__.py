@@ -550,21 +550,14 @@ def gpu_power() -> None:
     np = NvidiaPaths.from_data(data)
     gpus = data.nvidia_gpu_count
     tools = _tools(np)
-    config = files.put(
-        name="Power limit configuration",
-        src=StringIO(
-            json.dumps(
-                {
-                    "gpu_count": gpus,
-                    "power_limit_w": data.nvidia_power_limit_w,
-                    "persistence_mode": data.nvidia_persistence_mode,
-                },
-                indent=2,
-            )
-            + "\n"
-        ),
-        dest=np.power_config,
-        mode="644",
+    config = _json_config(
+        "Power limit configuration",
+        np.power_config,
+        {
+            "gpu_count": gpus,
+            "power_limit_w": data.nvidia_power_limit_w,
+            "persistence_mode": data.nvidia_persistence_mode,
+        },
     )
     dropin = files.template(
         name="nvidia-persistenced with persistence mode (drop-in)",
@@ -583,33 +576,17 @@ def gpu_power() -> None:
     )
     systemd.daemon_reload(name="systemd daemon-reload", _if=any_changed(dropin, unit))
     if driver_usable(gpus):
-        systemd.service(
-            name=f"{PERSISTENCED} enabled and running",
-            service=PERSISTENCED,
-            running=True,
-            enabled=True,
+        _boot_unit(
+            PERSISTENCED,
+            "enabled and running",
+            f"Restart {PERSISTENCED} (persistence setting changed)",
+            dropin.did_change,
         )
-        systemd.service(
-            name=f"Restart {PERSISTENCED} (persistence setting changed)",
-            service=PERSISTENCED,
-            running=True,
-            restarted=True,
-            _if=dropin.did_change,
-        )
-        systemd.service(
-            name=f"{POWER_UNIT} enabled and applied",
-            service=POWER_UNIT,
-            running=True,
-            enabled=True,
-        )
-        systemd.service(
-            name=f"Re-apply the power limit (restart {POWER_UNIT})",
-            service=POWER_UNIT,
-            running=True,
-            restarted=True,
-            _if=any_changed(
-                config, unit, dropin, tools["rigup-gpu-power"], tools["rigup_nvidia.py"]
-            ),
+        _boot_unit(
+            POWER_UNIT,
+            "enabled and applied",
+            f"Re-apply the power limit (restart {POWER_UNIT})",
+            any_changed(config, unit, dropin, tools["rigup-gpu-power"], tools["rigup_nvidia.py"]),
         )
     else:
         _held_back(POWER_UNIT, gpus)
@@ -625,21 +602,14 @@ def nvlink() -> None:
     np = NvidiaPaths.from_data(data)
     gpus = data.nvidia_gpu_count
     tools = _tools(np)
-    config = files.put(
-        name="NVLink expectations",
-        src=StringIO(
-            json.dumps(
-                {
-                    "gpu_count": gpus,
-                    "expected_links": data.nvlink_expected_links,
-                    "required": data.nvlink_required,
-                },
-                indent=2,
-            )
-            + "\n"
-        ),
-        dest=np.nvlink_config,
-        mode="644",
+    config = _json_config(
+        "NVLink expectations",
+        np.nvlink_config,
+        {
+            "gpu_count": gpus,
+            "expected_links": data.nvlink_expected_links,
+            "required": data.nvlink_required,
+        },
     )
     unit = files.template(
         name=f"Unit {NVLINK_UNIT}",
@@ -652,21 +622,28 @@ def nvlink() -> None:
     )
     systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
     if driver_usable(gpus):
-        systemd.service(
-            name=f"{NVLINK_UNIT} enabled and verified",
-            service=NVLINK_UNIT,
-            running=True,
-            enabled=True,
-        )
-        systemd.service(
-            name=f"Verify again (restart {NVLINK_UNIT})",
-            service=NVLINK_UNIT,
-            running=True,
-            restarted=True,
-            _if=any_changed(config, unit, tools["rigup-nvlink"], tools["rigup_nvidia.py"]),
+        _boot_unit(
+            NVLINK_UNIT,
+            "enabled and verified",
+            f"Verify again (restart {NVLINK_UNIT})",
+            any_changed(config, unit, tools["rigup-nvlink"], tools["rigup_nvidia.py"]),
         )
     else:
         _held_back(NVLINK_UNIT, gpus)
+
+
+def _json_config(name: str, dest: str, values: dict):
+    """Put ``values`` as indented JSON at ``dest`` (0644); returns the operation."""
+    return files.put(
+        name=name, src=StringIO(json.dumps(values, indent=2) + "\n"), dest=dest, mode="644"
+    )
+
+
+def _boot_unit(unit: str, state: str, restart_name: str, restart_if) -> None:
+    """Enable and start ``unit`` (operation "<unit> <state>"), and restart it, not just start
+    it, when ``restart_if`` fires: a oneshot re-applies its settings only when it runs again."""
+    systemd.service(name=f"{unit} {state}", service=unit, running=True, enabled=True)
+    systemd.service(name=restart_name, service=unit, running=True, restarted=True, _if=restart_if)
 
 
 def _held_back(unit: str, gpus: int) -> None:

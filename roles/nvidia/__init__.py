@@ -550,15 +550,7 @@ def gpu_power() -> None:
     np = NvidiaPaths.from_data(data)
     gpus = data.nvidia_gpu_count
     tools = _tools(np)
-    config = _json_config(
-        "Power limit configuration",
-        np.power_config,
-        {
-            "gpu_count": gpus,
-            "power_limit_w": data.nvidia_power_limit_w,
-            "persistence_mode": data.nvidia_persistence_mode,
-        },
-    )
+    config = _json_config("Power limit configuration", np.power_config, power_config(data))
     dropin = files.template(
         name="nvidia-persistenced with persistence mode (drop-in)",
         src=str(FILES / "persistenced-rigup.conf.j2"),
@@ -602,15 +594,7 @@ def nvlink() -> None:
     np = NvidiaPaths.from_data(data)
     gpus = data.nvidia_gpu_count
     tools = _tools(np)
-    config = _json_config(
-        "NVLink expectations",
-        np.nvlink_config,
-        {
-            "gpu_count": gpus,
-            "expected_links": data.nvlink_expected_links,
-            "required": data.nvlink_required,
-        },
-    )
+    config = _json_config("NVLink expectations", np.nvlink_config, nvlink_config(data))
     unit = files.template(
         name=f"Unit {NVLINK_UNIT}",
         src=str(FILES / "rigup-nvlink.service.j2"),
@@ -630,6 +614,26 @@ def nvlink() -> None:
         )
     else:
         _held_back(NVLINK_UNIT, gpus)
+
+
+def power_config(data: Any) -> dict:
+    """What rigup-gpu-power reads: ``{"gpu_count": 2, "power_limit_w": 290 | None (card
+    default), "persistence_mode": True}``."""
+    return {
+        "gpu_count": data.get("nvidia_gpu_count"),
+        "power_limit_w": data.get("nvidia_power_limit_w"),
+        "persistence_mode": data.get("nvidia_persistence_mode"),
+    }
+
+
+def nvlink_config(data: Any) -> dict:
+    """What rigup-nvlink reads: ``{"gpu_count": 2, "expected_links": 4 (per GPU),
+    "required": True}``."""
+    return {
+        "gpu_count": data.get("nvidia_gpu_count"),
+        "expected_links": data.get("nvlink_expected_links"),
+        "required": data.get("nvlink_required"),
+    }
 
 
 def _json_config(name: str, dest: str, values: dict):

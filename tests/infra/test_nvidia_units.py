@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from roles.nvidia import NVLINK_UNIT, POWER_UNIT, NvidiaPaths
+from roles.nvidia import NVLINK_UNIT, POWER_UNIT, NvidiaPaths, nvlink_config, power_config
 
 
 @pytest.mark.parametrize("unit", [POWER_UNIT, NVLINK_UNIT])
@@ -29,24 +29,15 @@ def test_unit_verifies_and_is_hardened(host, unit, request):
     assert "vllm.service" in got.get("Before", ""), f"{unit} must run before vllm.service: {got}"
 
 
-def test_power_configuration_matches_settings(host, data):
-    f = host.file(NvidiaPaths.from_data(data).power_config)
+@pytest.mark.parametrize(
+    "path_field,render", [("power_config", power_config), ("nvlink_config", nvlink_config)]
+)
+def test_configuration_matches_settings(host, data, path_field, render):
+    f = host.file(getattr(NvidiaPaths.from_data(data), path_field))
     assert f.exists, f"{f.path} is missing: run deploys/nvidia.py"
-    assert json.loads(f.content_string) == {
-        "gpu_count": data.get("nvidia_gpu_count"),
-        "power_limit_w": data.get("nvidia_power_limit_w"),
-        "persistence_mode": data.get("nvidia_persistence_mode"),
-    }, f"{f.path} differs from the settings: re-run deploys/nvidia.py"
-
-
-def test_nvlink_configuration_matches_settings(host, data):
-    f = host.file(NvidiaPaths.from_data(data).nvlink_config)
-    assert f.exists, f"{f.path} is missing: run deploys/nvidia.py"
-    assert json.loads(f.content_string) == {
-        "gpu_count": data.get("nvidia_gpu_count"),
-        "expected_links": data.get("nvlink_expected_links"),
-        "required": data.get("nvlink_required"),
-    }, f"{f.path} differs from the settings: re-run deploys/nvidia.py"
+    assert json.loads(f.content_string) == render(data), (
+        f"{f.path} differs from the settings: re-run deploys/nvidia.py"
+    )
 
 
 def test_persistence_dropin(host, data):

@@ -29,9 +29,8 @@ from pyinfra.facts.server import Which
 from pyinfra.operations import apt, files, python, server, systemd
 from pyinfra.operations.util import any_changed
 
-from roles.common.operations import uv_venv_synced
-from roles.common.paths import Paths
-from roles.common.settings import require_valid_settings
+from roles.common.paths import Layout
+from roles.common.venv import locked_venv
 from roles.nvidia.facts import (
     KERNEL_METAPACKAGES,
     CudaToolkitHome,
@@ -78,7 +77,7 @@ class NvidiaPaths:
 
     @classmethod
     def from_data(cls, data: Any) -> NvidiaPaths:
-        p = Paths.from_data(data)
+        p = Layout.from_data(data)
         major_minor = ".".join(str(data.get("cuda_toolkit_version")).split(".")[:2])
         cuda_root = f"{p.prefix}/cuda-{major_minor}"
         return cls(
@@ -349,7 +348,6 @@ def nvidia_driver() -> None:
     problem :func:`driver_preflight` finds.
     """
     data = host.data
-    require_valid_settings(data, host.name)
     gpus = data.nvidia_gpu_count
     np = NvidiaPaths.from_data(data)
     if gpus == 0:
@@ -506,24 +504,16 @@ def cuda_toolkit() -> None:
     ``<prefix>/cuda-<major.minor>/home``, on PATH for service users through :func:`cuda_env` and
     for login shells through /etc/profile.d/rigup-cuda.sh. Needs no GPU (the lab builds it)."""
     data = host.data
-    require_valid_settings(data, host.name)
-    p = Paths.from_data(data)
     np = NvidiaPaths.from_data(data)
     files.directory(name=f"Directory {np.cuda_root}", path=np.cuda_root, mode="755")
-    files.put(
-        name="CUDA toolkit lock file",
-        src=str(FILES / "cuda-toolkit.lock"),
-        dest=np.cuda_lock,
-        mode="644",
-    )
-    uv_venv_synced(
-        name=f"CUDA toolkit {data.cuda_toolkit_version} venv (uv, locked)",
-        venv=np.cuda_venv,
+    locked_venv(
+        data,
+        what="CUDA toolkit",
+        contents=f"cuda-toolkit {data.cuda_toolkit_version} wheels",
+        lock_src=FILES / "cuda-toolkit.lock",
         lock=np.cuda_lock,
+        venv=np.cuda_venv,
         python="python3",
-        uv=p.uv,
-        cache_dir=p.uv_cache,
-        tmp_dir=p.tmp,
     )
     cuda_home_linked(name=f"CUDA_HOME {np.cuda_home}", venv=np.cuda_venv, home=np.cuda_home)
     env = cuda_env(data)
@@ -546,7 +536,6 @@ def gpu_power() -> None:
     and fails on any difference. The unit re-runs (restart) whenever its configuration changes.
     Installed but kept stopped on a host without GPUs or driver."""
     data = host.data
-    require_valid_settings(data, host.name)
     np = NvidiaPaths.from_data(data)
     gpus = data.nvidia_gpu_count
     tools = _tools(np)
@@ -590,7 +579,6 @@ def nvlink() -> None:
     interconnect environment vLLM reads (P2P over NVLink, or P2P and custom all-reduce off).
     With ``nvlink_required`` an unverified bridge keeps vLLM down. Kept stopped without GPUs."""
     data = host.data
-    require_valid_settings(data, host.name)
     np = NvidiaPaths.from_data(data)
     gpus = data.nvidia_gpu_count
     tools = _tools(np)
@@ -662,8 +650,9 @@ def _held_back(unit: str, gpus: int) -> None:
 
 
 @deploy("NVIDIA layer")
-def nvidia() -> None:
-    """The whole NVIDIA layer in order: driver, CUDA toolkit, power/persistence, NVLink."""
+def nvidia(settings) -> None:
+    """The whole NVIDIA layer in order: driver, CUDA toolkit, power/persistence, NVLink, for a
+    host whose ``settings`` were checked (roles.settings.host_settings)."""
     nvidia_driver()
     cuda_toolkit()
     gpu_power()

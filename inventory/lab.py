@@ -7,7 +7,7 @@ on the CPU from a git mirror pushed in the same way (when the controller has one
 mode.
 """
 
-from lab.machine import LabConfig
+from lab.config import LabConfig
 from lab.scenario import (
     LAB_COMFYUI_MIRROR,
     comfyui_mirror,

@@ -1,6 +1,6 @@
 """Command line of the lab machine: ``python -m lab {up,stop,destroy,status,ssh,push,converge}``.
 
-Settings come from ``RIGUP_LAB_*`` environment variables (see :class:`lab.machine.LabConfig`).
+Settings come from ``RIGUP_LAB_*`` environment variables (see :class:`lab.config.LabConfig`).
 Errors the user can act on print one paragraph and exit 2, without a traceback.
 """
 
@@ -12,7 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from lab.machine import LabConfig, LabError, LabMachine, ssh_argv
+from lab.config import LabConfig, LabError
+from lab.machine import LabMachine
+from lab.render import ssh_argv
 
 
 def build_parser() -> argparse.ArgumentParser:

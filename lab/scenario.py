@@ -37,7 +37,7 @@ COMFYUI_MIRROR_ENV = "RIGUP_COMFYUI_MIRROR"
 
 
 def lab_comfyui_port(cfg) -> int:
-    """ComfyUI's port in the lab machine of ``cfg`` (a :class:`lab.machine.LabConfig`).
+    """ComfyUI's port in the lab machine of ``cfg`` (a :class:`lab.config.LabConfig`).
 
     Lab machines share the controller's network namespace, so two labs (a user's and the test
     suite's, or two checkouts') must not both listen on 8188: the port moves with the SSH port,
@@ -93,7 +93,7 @@ rm -f "$t" "$m"
 
 
 def lab_comfyui_commit(cfg) -> str | None:
-    """The ComfyUI commit the lab machine of ``cfg`` (a :class:`lab.machine.LabConfig`) checks
+    """The ComfyUI commit the lab machine of ``cfg`` (a :class:`lab.config.LabConfig`) checks
     out, as recorded by :func:`seed_comfyui_mirror`; None before its mirror is seeded."""
     path = cfg.state_dir / "comfyui-commit"
     return path.read_text().strip() if path.exists() else None

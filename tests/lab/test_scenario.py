@@ -16,7 +16,8 @@ import subprocess
 import pytest
 
 from lab import scenario, voxcpm_lab
-from lab.machine import LabConfig, LabMachine
+from lab.config import LabConfig
+from lab.machine import LabMachine
 
 pytestmark = [
     pytest.mark.lab,

@@ -6,10 +6,10 @@ small one in the same spirit). Each tests/operations/<operation>/<case>.json hol
 
 - ``kwargs``: the operation's arguments. A string ``"callable:<module>:<name>"`` stands for that
   Python object (``json_file_patched``'s ``patch``).
-- ``facts``: ``{"<fact>": {"<arguments>": value}}``. ``<fact>`` is the fact class's module path
-  without ``pyinfra.facts.`` or ``roles.`` and its name (``files.FileContents``,
-  ``common.facts.UvSyncPending``, ``comfyui.GitCheckout``); ``<arguments>`` is pyinfra's
-  ``key=value, ...`` string of the fact's arguments, sorted by key. Every fact the operation
+- ``facts``: ``{"<fact>": {"<arguments>": value}}``. ``<fact>`` names one of pyinfra's facts as
+  pyinfra's tests do (``files.FileContents``) and one of rigup's by its class name
+  (``UvSyncPending``, ``GitCheckout``); ``<arguments>`` is pyinfra's ``key=value, ...`` string
+  of the fact's arguments, sorted by key. Every fact the operation
   reads must be listed (``null`` for a fact that returns None), and every listed fact must be
   read: a stale case fails.
 - ``commands``: the commands the operation yields, in order: a shell command as a string (as
@@ -63,13 +63,12 @@ def parse_value(value: Any) -> Any:
 
 
 def fact_name(fact_cls: type) -> str:
-    """``files.FileContents``, ``common.facts.UvSyncPending``, ``comfyui.GitCheckout``."""
+    """pyinfra's facts as in pyinfra's own tests (``files.FileContents``); rigup's by class name
+    (``UvSyncPending``, ``GitCheckout``), which is unique within rigup and survives a move."""
     module = fact_cls.__module__
-    for prefix in ("pyinfra.facts.", "roles."):
-        if module.startswith(prefix):
-            module = module[len(prefix) :]
-            break
-    return f"{module}.{fact_cls.__name__}"
+    if module.startswith("pyinfra.facts."):
+        return f"{module.removeprefix('pyinfra.facts.')}.{fact_cls.__name__}"
+    return fact_cls.__name__
 
 
 class FakeState:

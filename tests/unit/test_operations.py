@@ -41,7 +41,7 @@ OPERATIONS = {
     "uv_venv_synced": "roles.common.operations:uv_venv_synced",
     "check_passes": "roles.common.operations:check_passes",
     "json_file_patched": "roles.common.operations:json_file_patched",
-    "git_checkout_pinned": "roles.comfyui:git_checkout_pinned",
+    "git_checkout_pinned": "roles.comfyui.git:git_checkout_pinned",
     "mode_active": "roles.modes:mode_active",
 }
 

@@ -48,7 +48,6 @@ def test_seed_values(settings):
         ("model_store_dir", "relative/path", "absolute path"),
         ("model_store_dir", "/srv/../etc", "plain absolute path"),
         ("model_store_dir", "/", "other than /"),
-        # --- Models (issue 5) ---
         ("model_sources", ["local", "s3"], "distinct values of local, huggingface, modelscope"),
         ("model_sources", [], "at least one"),
         ("model_local_dirs", ["relative"], "absolute path"),

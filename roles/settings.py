@@ -23,6 +23,7 @@ from roles.base import settings as base_settings
 from roles.comfyui import settings as comfyui_settings
 from roles.common.checks import Check, SettingsError, contains
 from roles.model import settings as model_settings
+from roles.model.manifest import ManifestError, load_manifest
 from roles.modes import settings as modes_settings
 from roles.modes.budget import budget_problems
 from roles.nvidia import settings as nvidia_settings
@@ -96,6 +97,17 @@ def cross_role(values: Mapping[str, Any]) -> list[str]:
             problems.append(
                 f"{keys[1]}: {port} is {' and '.join(keys[:-1])} too; give each service its own port"
             )
+    manifests = [("model_llm_manifest", [values["model_llm_manifest"]])]
+    if values["voxcpm_install"]:
+        manifests.append(("voxcpm_model_manifest", [values["voxcpm_model_manifest"]]))
+    if values["comfyui_install"]:
+        manifests.append(("comfyui_models", list(values["comfyui_models"])))
+    for key, refs in manifests:
+        for ref in refs:
+            try:
+                load_manifest(ref, values["model_lock_dir"])
+            except ManifestError as exc:  # a lock that does not fit its manifest
+                problems.append(f"{key}: {' '.join(str(exc).split())}")
     base = values["comfyui_base_dir"]
     for key in ("model_store_dir", "rigup_prefix", "rigup_state_dir", "rigup_etc_dir"):
         if contains(base, values[key]) or contains(values[key], base):

@@ -4,9 +4,12 @@ found from config.json and the tensor names, before any service is configured.
 
 Usage (with the vLLM venv's python; without vLLM importable, --no-vllm uses the built-in table):
 
-    checkpoint_preflight.py MODEL_DIR --method {language_model_only,strip_vision_config} [--no-vllm]
+    checkpoint_preflight.py MODEL_DIR --method {language_model_only,strip_vision_config}
+                            [--speculative-method METHOD] [--no-vllm]
 
 Checks, each with its own message:
+0. Every shard the index (``model.safetensors.index.json``) names is in MODEL_DIR: a copy made
+   by an interrupted download can hold the index and only some shards.
 1. Quantized lm_head in an AutoRound checkpoint. vLLM 0.22.1's AutoRound reader (INCConfig,
    layers/quantization/inc.py) builds the LM head unquantized unless ``block_name_to_quantize``
    names it (``quantized = not isinstance(layer, ParallelLMHead)``, and its GPTQ/AWQ configs
@@ -22,6 +25,10 @@ Checks, each with its own message:
    speculative drafter) is always accepted. E.g. Qwen3_5ForConditionalGeneration accepts
    ``model.language_model.``, ``model.visual.``, ``lm_head.`` (qwen3_vl.py:1629-1635); a
    checkpoint exported as ForCausalLM (``model.layers.*``) does not match it.
+4. Speculative decoding by MTP (``--speculative-method mtp``, from vllm_speculative_config) needs
+   the checkpoint's multi-token-prediction head: for the architectures whose MTP weights vLLM
+   loads as ``mtp.*`` (Qwen3.5/3.6, Qwen3-Next: qwen3_5_mtp.py, qwen3_next_mtp.py), a checkpoint
+   without any ``mtp.*`` tensor (an export or quantization that dropped the head) is refused.
 
 Tensor names come from ``model.safetensors.index.json`` or, for a single file, the header of
 ``model.safetensors`` (8-byte length + JSON, the safetensors format). Output: one JSON line on
@@ -46,11 +53,30 @@ BUILTIN_PREFIXES = {
     "Qwen3_5ForConditionalGeneration": ("model.visual.", "lm_head.", "model.language_model."),
     "Qwen3_5ForCausalLM": ("model.", "lm_head."),
 }
+#: architectures whose MTP head vLLM loads from ``mtp.*`` tensors
+MTP_PREFIX = "mtp."
+MTP_ARCHITECTURES = (
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5MoeForCausalLM",
+    "Qwen3NextForCausalLM",
+)
+INDEX = "model.safetensors.index.json"
+
+
+def missing_shards(model_dir: Path) -> list[str]:
+    """The shard files the index names that are not in ``model_dir`` (sorted)."""
+    index = model_dir / INDEX
+    if not index.is_file():
+        return []
+    weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+    return sorted({s for s in weight_map.values() if not (model_dir / s).is_file()})
 
 
 def tensor_names(model_dir: Path) -> list[str]:
     """Tensor names of the checkpoint (index weight_map, or the single file's header)."""
-    index = model_dir / "model.safetensors.index.json"
+    index = model_dir / INDEX
     if index.is_file():
         return sorted(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}))
     single = model_dir / "model.safetensors"
@@ -77,12 +103,25 @@ def vllm_accepted_prefixes(architecture: str) -> tuple[tuple[str, ...] | None, s
 
 
 def preflight(
-    config: dict, names: list[str], method: str, accepted: tuple[str, ...] | None
+    config: dict,
+    names: list[str],
+    method: str,
+    accepted: tuple[str, ...] | None,
+    speculative_method: str | None = None,
+    missing: list[str] | None = None,
 ) -> dict:
-    """The three checks on a config.json and its tensor names. Pure."""
+    """The checks on a config.json, its tensor names and the shards missing from the
+    directory (``missing``). Pure."""
     problems: list[str] = []
     notes: list[str] = []
     architecture = (config.get("architectures") or ["?"])[0]
+
+    # 0. every indexed shard present
+    if missing:
+        problems.append(
+            f"{INDEX} names {len(missing)} shard(s) that are not in the checkpoint directory: "
+            f"{', '.join(missing[:5])} (an interrupted or partial copy); place the model again"
+        )
     quant = config.get("quantization_config") or {}
     auto_round = quant.get("quant_method") in ("auto-round", "intel/auto-round")
 
@@ -156,6 +195,20 @@ def preflight(
                 f"accepts {', '.join(p + '*' for p in ok)}. The checkpoint was exported for "
                 "another architecture (e.g. a ForCausalLM export names its layers model.layers.*)"
             )
+    # 4. the MTP head speculative decoding needs
+    if speculative_method == "mtp":
+        if architecture in MTP_ARCHITECTURES and names:
+            if not any(n.startswith(MTP_PREFIX) for n in names):
+                problems.append(
+                    f"speculative decoding by MTP is on (vllm_speculative_config method "
+                    f'"mtp") but the checkpoint has no {MTP_PREFIX}* tensors: its '
+                    "multi-token-prediction head was left out when it was exported or "
+                    "quantized, and vLLM would fail to load the drafter. Turn MTP off "
+                    "(vllm_speculative_config = None) or use a checkpoint that keeps its MTP "
+                    "head"
+                )
+        elif names:
+            notes.append(f"MTP head not checked: {architecture} is not a known MTP architecture")
     return {
         "ok": not problems,
         "architecture": architecture,
@@ -172,6 +225,7 @@ def main(argv: list[str]) -> int:
     )
     cli.add_argument("model_dir", type=Path)
     cli.add_argument("--method", required=True, choices=METHODS)
+    cli.add_argument("--speculative-method", default=None, help="vllm_speculative_config method")
     cli.add_argument("--no-vllm", action="store_true", help="use the built-in prefix table")
     try:
         opts = cli.parse_args(argv)
@@ -193,7 +247,14 @@ def main(argv: list[str]) -> int:
         accepted, source = BUILTIN_PREFIXES.get(architecture), "built-in table (--no-vllm)"
     else:
         accepted, source = vllm_accepted_prefixes(architecture)
-    result = preflight(config, tensor_names(opts.model_dir), opts.method, accepted)
+    result = preflight(
+        config,
+        tensor_names(opts.model_dir),
+        opts.method,
+        accepted,
+        speculative_method=opts.speculative_method,
+        missing=missing_shards(opts.model_dir),
+    )
     result["accepted_prefixes"] = list(accepted) if accepted else None
     result["prefixes_from"] = source
     if not opts.no_vllm:

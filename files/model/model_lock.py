@@ -1,75 +1,33 @@
 #!/usr/bin/env python3
-"""Lock a rigup model manifest: resolve its ``ref`` to a commit and record every wanted file's
-size and sha256, through huggingface_hub's API. Run where Hugging Face is reachable:
+"""Lock a rigup model manifest: resolve its ``ref`` to a commit and write ``<name>.lock`` next to
+it with every wanted file's path, size and sha256 at that commit. Run where the hub (or a
+mirror of it) is reachable, with huggingface_hub:
 
-    uv run --with huggingface_hub==2.4.0 python files/model/model_lock.py files/model/manifests/NAME.toml [--token-env HF_TOKEN] [--endpoint URL] [--dry-run]
+    uv run --with huggingface_hub==2.4.0 python files/model/model_lock.py \\
+        files/model/manifests/NAME.toml [--endpoint URL] [--token-env HF_TOKEN] [--dry-run]
 
-- ``HfApi.model_info(repo_id, revision=ref, files_metadata=True)`` gives the commit (``.sha``)
-  and, per file (``.siblings``), its size and, for LFS/Xet files, the sha256 the hub publishes
-  (``.lfs.sha256``).
-- Files without a published sha256 (small git files: configs, tokenizers) are downloaded at the
-  commit with ``hf_hub_download`` into a temporary directory and hashed.
-- The files wanted: the manifest's ``[[files]]`` (their ``dest`` kept), or, when it lists none,
-  every repository file its ``include``/``exclude`` patterns select.
-
-The manifest is rewritten with ``state = "locked"``, ``revision = <commit>`` and the files;
-its leading comment block is kept. Nothing is written with --dry-run (the result is printed).
+The same lock is written by the first placement of an unpinned manifest from Hugging Face
+(roles/model); this command makes it without placing the model. For each file the hub
+publishes a hash: large (LFS/Xet) files their sha256, which is taken as it is; the others their
+git blob id: those are downloaded at the commit, checked against it and hashed. The files
+wanted: the manifest's ``[[files]]``, or every file its ``include``/``exclude`` patterns select.
 """
 
 from __future__ import annotations
 
 import argparse
-import fnmatch
-import hashlib
 import os
 import sys
 import tempfile
 import tomllib
 from pathlib import Path
 
-FIELDS = ("format", "name", "description", "state", "repo_id", "ref", "revision", "gated")
-OPTIONAL = ("modelscope_id", "modelscope_revision")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def toml_value(value) -> str:
-    """TOML for the value types a manifest uses (str, bool, int, list of str)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
-
-
-def locked_text(raw: dict, commit: str, files: list[dict], header: str = "") -> str:
-    """The manifest ``raw`` (decoded TOML) as a locked manifest at ``commit`` with ``files``
-    (dicts with path, size, sha256 and optionally dest). Pure."""
-    data = {**raw, "state": "locked", "revision": commit}
-    out = [header.rstrip("\n")] if header.strip() else []
-    for key in (*FIELDS, *OPTIONAL):
-        if key in data and data[key] is not None:
-            out.append(f"{key} = {toml_value(data[key])}")
-    for key in ("include", "exclude"):
-        if key in data:
-            out.append(f"{key} = {toml_value(data[key])}")
-    for f in files:
-        out += ["", "[[files]]", f"path = {toml_value(f['path'])}"]
-        if f.get("dest") and f["dest"] != f["path"]:
-            out.append(f"dest = {toml_value(f['dest'])}")
-        out += [f"size = {f['size']}", f"sha256 = {toml_value(f['sha256'])}"]
-    return "\n".join(out) + "\n"
-
-
-def leading_comments(text: str) -> str:
-    """The comment block at the top of a manifest (kept when it is rewritten)."""
-    lines = []
-    for line in text.splitlines():
-        if not line.startswith("#"):
-            break
-        lines.append(line)
-    return "\n".join(lines) + ("\n" if lines else "")
+from modeltool import hub  # noqa: E402
+from modeltool.hashing import file_hashes  # noqa: E402
+from modeltool.lockfile import lock_text  # noqa: E402
+from modeltool.snapshot import selected  # noqa: E402
 
 
 def wanted(raw: dict, repo_files: list[str]) -> list[dict]:
@@ -77,62 +35,66 @@ def wanted(raw: dict, repo_files: list[str]) -> list[dict]:
     if raw.get("files"):
         missing = [f["path"] for f in raw["files"] if f["path"] not in repo_files]
         if missing:
-            raise SystemExit(f"not in the repository at this revision: {missing}")
-        return [dict(f) for f in raw["files"]]
-    include, exclude = raw.get("include", ["*"]), raw.get("exclude", [])
-    return [
-        {"path": p}
-        for p in sorted(repo_files)
-        if any(fnmatch.fnmatch(p, i) for i in include)
-        and not any(fnmatch.fnmatch(p, e) for e in exclude)
-    ]
+            raise SystemExit(f"not in the repository at this commit: {missing}")
+        return [{"path": f["path"], "dest": f.get("dest", f["path"])} for f in raw["files"]]
+    patterns = {"include": raw.get("include", ["*"]), "exclude": raw.get("exclude", [])}
+    return [{"path": p, "dest": p} for p in sorted(repo_files) if selected(patterns, p)]
+
+
+def lock(raw: dict, endpoint: str, token: str | None) -> tuple[str, list[dict]]:
+    """(commit, files with size and sha256) of the manifest ``raw`` on the hub now."""
+    commit = hub.resolve_ref(raw["repo_id"], raw.get("ref", "main"), endpoint, token)
+    tree = hub.list_files(raw["repo_id"], commit, endpoint, token)
+    files = wanted(raw, list(tree))
+    with tempfile.TemporaryDirectory(prefix="rigup-lock-") as tmp:
+        for f in files:
+            h = tree[f["path"]]
+            if h.sha256:
+                f["size"], f["sha256"] = h.size, h.sha256
+                continue
+            path = hub.hf_download(raw["repo_id"], f["path"], commit, Path(tmp), endpoint, token)
+            sha, blob = file_hashes(path)
+            if blob != h.blob_id or path.stat().st_size != h.size:
+                raise SystemExit(
+                    f"{f['path']}: downloaded {path.stat().st_size} bytes with git blob id {blob}, "
+                    f"the hub publishes {h.size} bytes and {h.blob_id}"
+                )
+            f["size"], f["sha256"] = h.size, sha
+    return commit, files
 
 
 def main(argv: list[str]) -> int:
     cli = argparse.ArgumentParser(prog="model_lock.py", description=__doc__.split("\n")[0])
     cli.add_argument("manifest", type=Path)
     cli.add_argument("--token-env", default="HF_TOKEN", help="environment variable holding a token")
-    cli.add_argument("--endpoint", default=None, help="a Hugging Face mirror endpoint")
-    cli.add_argument("--dry-run", action="store_true")
+    cli.add_argument("--endpoint", default="", help="a Hugging Face mirror endpoint")
+    cli.add_argument("--lock-dir", type=Path, help="where to write the lock (default: beside it)")
+    cli.add_argument("--dry-run", action="store_true", help="print the lock, write nothing")
     opts = cli.parse_args(argv)
 
-    from huggingface_hub import HfApi, hf_hub_download
-
-    text = opts.manifest.read_text(encoding="utf-8")
-    header = leading_comments(text)
-    raw = tomllib.loads(text)
-    token = os.environ.get(opts.token_env) or None
-    api = HfApi(endpoint=opts.endpoint, token=token)
-    info = api.model_info(raw["repo_id"], revision=raw.get("ref", "main"), files_metadata=True)
-    commit = info.sha
-    siblings = {s.rfilename: s for s in info.siblings or []}
-    files = wanted(raw, list(siblings))
-    with tempfile.TemporaryDirectory(prefix="rigup-lock-") as tmp:
-        for f in files:
-            s = siblings[f["path"]]
-            if s.lfs is not None:
-                f["size"], f["sha256"] = s.lfs.size, s.lfs.sha256
-                continue
-            local = hf_hub_download(
-                raw["repo_id"],
-                f["path"],
-                revision=commit,
-                cache_dir=tmp,
-                token=token,
-                endpoint=opts.endpoint,
-            )
-            data = Path(local).read_bytes()
-            f["size"], f["sha256"] = len(data), hashlib.sha256(data).hexdigest()
-    result = locked_text(raw, commit, files, header)
+    raw = tomllib.loads(opts.manifest.read_text(encoding="utf-8"))
+    if raw.get("state") == "locked":
+        raise SystemExit(f'{opts.manifest} is locked in the manifest itself (state = "locked")')
+    commit, files = lock(raw, opts.endpoint, os.environ.get(opts.token_env) or None)
+    text = lock_text(
+        name=raw["name"],
+        repo_id=raw["repo_id"],
+        ref=raw.get("ref", "main"),
+        commit=commit,
+        files=files,
+        patterns=None if raw.get("files") else (raw.get("include", ["*"]), raw.get("exclude", [])),
+        origin=f"Locked by model_lock.py from {opts.endpoint or 'https://huggingface.co'}.",
+    )
     if opts.dry_run:
-        print(result)
-    else:
-        opts.manifest.write_text(result, encoding="utf-8")
-        total = sum(f["size"] for f in files)
-        print(
-            f"locked {raw['name']} at {commit}: {len(files)} files, {total / 1e9:.2f} GB",
-            file=sys.stderr,
-        )
+        print(text, end="")
+        return 0
+    target = (opts.lock_dir or opts.manifest.parent) / f"{raw['name']}.lock"
+    target.write_text(text, encoding="utf-8")
+    total = sum(f["size"] for f in files)
+    print(
+        f"locked {raw['name']} at {commit}: {len(files)} files, {total / 1e9:.2f} GB -> {target}",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -114,7 +114,18 @@ hf_endpoint = ""  # "" = https://huggingface.co; a mirror, e.g. "https://hf-mirr
 hf_token_env = "HF_TOKEN"  # controller env var with the token; stored 0600 on the host, never shown
 modelscope_endpoint = ""  # "" = ModelScope's default endpoint (modelscope's own)
 modelscope_token_env = "MODELSCOPE_API_TOKEN"  # as hf_token_env, for ModelScope
-model_replace_mismatched = False  # True: replace placed files that do not match (old ones kept)
+# A placed copy that does not match its manifest or lock fails the run, naming the files. True:
+# replace those files with verified ones instead (the old ones are kept aside, outside the model).
+model_replace_mismatched = False
+# True: every converge hashes every file of every placed model (slow: GB/s at best) instead of
+# checking sizes and records; a copy whose bytes changed then fails the run (or, with
+# model_replace_mismatched, is repaired). testinfra always hashes.
+model_verify_sha256 = False
+# Where the model locks are, on the controller: "" = beside each manifest (files/model/manifests/
+# <name>.lock, to commit with the repository). A manifest without a lock is locked on its first
+# placement from Hugging Face: the ref resolves to a commit, every file's size and sha256 is
+# recorded, and the run names the lock it wrote; every later run and rig gets exactly those bytes.
+model_lock_dir = ""
 model_backup_dir = ""  # deploys/model_backup.py copies the store here (a backup disk, a NAS)
 model_tool_python = "python3"  # interpreter of the model tool venv (huggingface_hub >= 3.9)
 

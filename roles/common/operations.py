@@ -18,7 +18,7 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 from pyinfra.api.exceptions import OperationError
-from pyinfra.facts.files import FileContents
+from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.operations import files
 
 from roles.common.facts import JsonFile, UvSyncPending, uv_env
@@ -62,17 +62,22 @@ def uv_venv_synced(venv: str, lock: str, python: str, uv: str, cache_dir: str, t
 
 
 @operation()
-def check_passes(command: str, stamp: str, key: str, what: str):
+def check_passes(command: str, stamp: str, key: str, what: str, watch: tuple[str, ...] = ()):
     """Run a check command on the host until it passes for the inputs summarised by ``key``.
 
     + command: shell command that exits 0 when the check passes (its output explains failures)
     + stamp: file where the key of the last passing inputs is recorded (root-owned, 0644)
     + key: fingerprint of everything the check depends on (see :func:`fingerprint`)
     + what: short description for the no-op message
+    + watch: files on the host that are inputs too (a placed model's record, its config.json):
+      their sha256, read when the operation runs, is part of the key, so a file replaced by
+      anything (a later run, an orphaned transfer of an earlier one) is checked again
 
     The check re-runs whenever ``key`` changes, so a converged host pays nothing and any change to
     the checked inputs is checked again. A failing check fails the operation (and the deploy).
     """
+    if watch:
+        key = fingerprint(key, [host.get_fact(Sha256File, path=path) for path in watch])
     current = host.get_fact(FileContents, path=stamp)
     if current and current[0].strip() == key:
         host.noop(f"{what}: passed before for these inputs")

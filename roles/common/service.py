@@ -213,9 +213,11 @@ class GpuService:
         self.track(op)
         return op
 
-    def check(self, name: str, command: str, stamp: str, key: str, what: str):
+    def check(
+        self, name: str, command: str, stamp: str, key: str, what: str, watch: tuple[str, ...] = ()
+    ):
         """An on-host check that must pass (:func:`roles.common.operations.check_passes`);
-        it runs again when ``key`` changes and after the software changed."""
+        it runs again when ``key`` or a ``watch`` file changes and after the software changed."""
         if self.software:
             files.file(
                 name=f"Forget {stamp} (venv rebuilt)",
@@ -223,7 +225,9 @@ class GpuService:
                 present=False,
                 _if=any_changed(*self.software),
             )
-        return check_passes(name=name, command=command, stamp=stamp, key=key, what=what)
+        return check_passes(
+            name=name, command=command, stamp=stamp, key=key, what=what, watch=watch
+        )
 
     def as_user(self, **env: str) -> str:
         """``runuser -u <user> -- env HOME=... TMPDIR=... K=V`` prefix for a check that must see

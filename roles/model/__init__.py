@@ -1,15 +1,17 @@
 """model: place models described by manifests, verified and atomically, from local copies,
-Hugging Face or ModelScope; the LLM checkpoint and its text-only edit; backups of the store.
+Hugging Face or ModelScope; lock an unpinned manifest on its first placement; the LLM
+checkpoint and its text-only edit; backups of the store.
 
 Format and API: docs/models.md. Settings: ``model_*``, ``hf_*``, ``modelscope_*`` (rules in
 roles/model/settings.py). A model lands in ``<model_store_dir>/<name>/<revision>``; a placed
-revision is never overwritten or deleted (a mismatching file is reported and kept, and replaced
-only with ``model_replace_mismatched = True``, the old file set aside).
+revision is never overwritten or deleted: a copy that does not match fails the run, naming the
+files, and is replaced only with ``model_replace_mismatched = True`` (the old files set aside).
 
 :func:`model_store` installs the model tool and returns a :class:`ModelStore`; other components
 place their models with :meth:`ModelStore.place` (and :func:`link_model_files`) from their own
-deploy. The transfer itself runs on the host: files/model/model_fetch.py in the model tool venv
-(huggingface_hub, hf_xet, modelscope from files/model/requirements.lock, built by uv).
+deploy. The transfer itself runs on the host: files/model/model_fetch.py and the ``modeltool``
+package beside it, in the model tool venv (huggingface_hub, hf_xet, modelscope from
+files/model/requirements.lock, built by uv).
 """
 
 from __future__ import annotations
@@ -28,18 +30,24 @@ from pyinfra.operations import files, server
 
 from roles.common.operations import json_file_patched
 from roles.common.venv import locked_venv
-from roles.model.commands import FILES, backup_argv, fetch_argv
-from roles.model.manifest import Manifest, ManifestError, load_manifest, store_path
+from roles.model.commands import FILES, TOOL, backup_argv, fetch_argv, layout, verify_argv
+from roles.model.manifest import Manifest, ManifestError, load_manifest, lock_path, store_path
 from roles.model.operations import model_placed, secret_file
 from roles.model.patch import patch_for
 from roles.model.paths import ModelPaths
 from roles.model.preflight import require_source
 
+#: the record of what was placed, in every placed directory (its sha256 changes when the model is
+#: placed again)
+PLACEMENT_RECORD = layout.RECORD
+
 __all__ = [
+    "PLACEMENT_RECORD",
     "Manifest",
     "ManifestError",
     "ModelStore",
     "PlacedModel",
+    "host_manifests",
     "link_model_files",
     "model",
     "model_backup",
@@ -74,6 +82,17 @@ def placed_path(data: Any, manifest: str) -> str:
     return store_path(str(data.get("model_store_dir")), load_manifest(manifest))
 
 
+def host_manifests(data: Any) -> list[str]:
+    """The manifests the settings ``data`` place on a host: the LLM's, VoxCPM2's (when
+    installed) and ComfyUI's (when installed)."""
+    out = [data.get("model_llm_manifest")]
+    if data.get("voxcpm_install"):
+        out.append(data.get("voxcpm_model_manifest"))
+    if data.get("comfyui_install"):
+        out.extend(data.get("comfyui_models"))
+    return list(dict.fromkeys(out))
+
+
 @dataclass(frozen=True)
 class ModelStore:
     """The model store of one host, its tool installed (what :func:`model_store` returns).
@@ -88,14 +107,19 @@ class ModelStore:
         """Plan the placement of the model described by ``manifest`` and return where it lands.
 
         Call it inside a ``@deploy`` (its operations join that deploy). ``manifest`` is a name
-        under files/model/manifests/ or an absolute path to a .toml file. Raises
-        :class:`ManifestError` or ``DeployError`` before any change (bad manifest, no source
-        can provide it, not enough free space).
+        under files/model/manifests/ or an absolute path to a .toml file; its lock (beside it, or
+        in ``model_lock_dir``) pins its files when there is one. Without one, a placement from
+        Hugging Face locks it: the lock is written on the controller (and named at the end of
+        the run). Raises :class:`ManifestError` or ``DeployError`` before any change (bad
+        manifest or lock, no source can provide it, not enough free space).
         """
         data, p = self.settings, self.paths
-        m = load_manifest(manifest)
+        m = load_manifest(manifest, data.model_lock_dir)
         dest = store_path(p.store, m)
-        to_place = require_source(data, m, dest)
+        lock_file = None
+        if not m.locked and "huggingface" in data.model_sources:
+            lock_file = str(lock_path(m.source_file, data.model_lock_dir))
+        to_place = require_source(data, m, dest, lock_file)
         token_env = data.hf_token_env
         if (
             to_place
@@ -125,6 +149,8 @@ class ModelStore:
             dest=dest,
             manifest=m,
             replace_mismatched=bool(data.model_replace_mismatched),
+            verify_command=verify_argv(data, dest) if data.model_verify_sha256 else None,
+            lock_file=lock_file,
         )
         return PlacedModel(
             name=m.name,
@@ -177,6 +203,18 @@ def model_store(settings) -> ModelStore:
     )
     files.put(
         name="Script model_fetch.py", src=str(FILES / "model_fetch.py"), dest=p.fetch, mode="755"
+    )
+    files.sync(
+        name="The model tool (modeltool package beside model_fetch.py)",
+        src=str(TOOL),
+        dest=f"{p.bin}/modeltool",
+        user="root",
+        group="root",
+        mode="644",
+        dir_mode="755",
+        delete=True,
+        exclude=["*.pyc"],
+        exclude_dir=["__pycache__", "*/__pycache__"],
     )
     for source, hub, env_key, path in (
         ("huggingface", "Hugging Face", "hf_token_env", p.hf_token_file),

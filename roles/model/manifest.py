@@ -1,8 +1,10 @@
-"""Model manifests: what a model is (repository, pinned revision, files with size and sha256) and
-where its files go. Format: docs/models.md (format = 1).
+"""Model manifests: what a model is (repository, ref or pinned commit, files with size and sha256)
+and where its files go; and model locks: the exact files of an unpinned manifest at one commit.
+Format: docs/models.md (format = 1).
 
-Manifests live in ``files/model/manifests/<name>.toml``. :func:`load_manifest` reads and
-validates one; every problem is reported at once as a :class:`ManifestError` (a pyinfra
+Manifests live in ``files/model/manifests/<name>.toml``, their locks beside them
+(``<name>.lock``, or in ``model_lock_dir``). :func:`load_manifest` reads and validates a manifest
+and its lock; every problem is reported at once as a :class:`ManifestError` (a pyinfra
 ``DeployError``) on the controller, before any change on a host. Pure: no host access.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -41,6 +43,8 @@ _TOP_KEYS = {
     "files",
 }
 _FILE_KEYS = {"path", "size", "sha256", "dest"}
+_LOCK_KEYS = {"format", "name", "repo_id", "ref", "commit", "include", "exclude", "files"}
+LOCK_SUFFIX = ".lock"
 
 
 class ManifestError(DeployError):
@@ -60,7 +64,12 @@ class ModelFile:
 
 @dataclass(frozen=True)
 class Manifest:
-    """A validated manifest (see the module docstring for the format)."""
+    """A validated manifest (see the module docstring for the format), with its lock applied.
+
+    ``revision`` names the placed directory (a commit for a locked manifest, else a label);
+    ``commit`` is the hub commit the files are pinned to: the revision of a locked manifest, the
+    lock's commit for an unpinned one with a lock (``lock_file``), else None.
+    """
 
     name: str
     state: str
@@ -75,11 +84,18 @@ class Manifest:
     exclude: tuple[str, ...] = ()
     files: tuple[ModelFile, ...] = field(default_factory=tuple)
     source_file: str = ""
+    commit: str | None = None
+    lock_file: str = ""
 
     @property
     def locked(self) -> bool:
-        """True when the revision is a hub commit and every file has a size and a sha256."""
-        return self.state == "locked"
+        """True when the files are pinned to a hub commit, each with its size and sha256 (in the
+        manifest itself, or by its lock): every source can place it, and only these bytes."""
+        return (
+            self.commit is not None
+            and bool(self.files)
+            and all(f.size is not None and f.sha256 for f in self.files)
+        )
 
     @property
     def total_bytes(self) -> int | None:
@@ -108,6 +124,7 @@ class Manifest:
             "repo_id": self.repo_id,
             "ref": self.ref,
             "revision": self.revision,
+            "commit": self.commit,
             "gated": self.gated,
             "modelscope_id": self.modelscope_id,
             "modelscope_revision": self.modelscope_revision,
@@ -255,7 +272,65 @@ def parse_manifest(
         exclude=exclude,
         files=files,
         source_file=source,
+        commit=revision if state == "locked" else None,
     )
+
+
+def lock_path(manifest_file: str | Path, lock_dir: str = "") -> Path:
+    """Where the lock of a manifest file is: ``<lock_dir or its directory>/<name>.lock``."""
+    path = Path(manifest_file)
+    return (Path(lock_dir) if lock_dir else path.parent) / f"{path.stem}{LOCK_SUFFIX}"
+
+
+def apply_lock(manifest: Manifest, raw: dict[str, Any], source: str) -> Manifest:
+    """``manifest`` pinned by its lock (decoded TOML ``raw`` read from ``source``). Raises
+    :class:`ManifestError` when the lock is malformed or was made for another manifest."""
+    m = manifest
+    problems: list[str] = []
+    unknown = sorted(set(raw) - _LOCK_KEYS)
+    if unknown:
+        problems.append(f"unknown keys {unknown} (known: {sorted(_LOCK_KEYS)})")
+    if raw.get("format") != FORMAT:
+        problems.append(f"format: must be {FORMAT}, got {raw.get('format')!r}")
+    if m.state == "locked":
+        problems.append('the manifest is locked itself (state = "locked"): remove the lock')
+    for key, want in (("name", m.name), ("repo_id", m.repo_id), ("ref", m.ref)):
+        if raw.get(key) != want:
+            problems.append(f"{key}: the lock is for {raw.get(key)!r}, the manifest says {want!r}")
+    commit = raw.get("commit")
+    if not isinstance(commit, str) or not _COMMIT.match(commit):
+        problems.append(f"commit: must be the 40-hex commit, got {commit!r}")
+    files = _files(raw, problems)
+    if not files:
+        problems.append("files: a lock lists every file ([[files]])")
+    if any(f.size is None or f.sha256 is None for f in files):
+        problems.append("files: a lock gives every file its size and sha256")
+    if m.files:
+        by_path = {f.path: f for f in m.files}
+        if {f.path for f in files} != set(by_path):
+            problems.append(
+                f"files: the lock lists {sorted(f.path for f in files)}, the manifest "
+                f"{sorted(by_path)}"
+            )
+        else:
+            files = tuple(ModelFile(f.path, by_path[f.path].dest, f.size, f.sha256) for f in files)
+    else:
+        for key, want in (("include", m.include), ("exclude", m.exclude)):
+            if tuple(raw.get(key, ())) != want:
+                problems.append(
+                    f"{key}: the lock was made for {raw.get(key)!r}, the manifest says {list(want)!r}"
+                )
+        stray = [f.path for f in files if not m.selects(f.path)]
+        if stray:
+            problems.append(f"files: the manifest's patterns do not select {stray[:5]}")
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise ManifestError(
+            f"model lock {source} does not fit its manifest {m.source_file} (nothing was "
+            f"changed):\n{lines}\nDelete the lock to lock {m.repo_id}@{m.ref} again (the next "
+            "run that reaches the hub writes a new one), or restore the manifest it was made for."
+        )
+    return replace(m, commit=commit, files=files, lock_file=source)
 
 
 def store_path(store_dir: str, manifest: Manifest) -> str:
@@ -276,14 +351,22 @@ def manifest_path(ref: str) -> Path:
     return path
 
 
-def load_manifest(ref: str) -> Manifest:
-    """Read and validate the manifest ``ref`` (see :func:`manifest_path`).
+def _toml(path: Path, what: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ManifestError(f"{what} {path} is not valid TOML: {exc}") from None
 
-    Raises :class:`ManifestError` when the file is missing, is not TOML, or is invalid.
+
+def load_manifest(ref: str, lock_dir: str = "") -> Manifest:
+    """Read and validate the manifest ``ref`` (see :func:`manifest_path`) and apply its lock
+    (:func:`lock_path`) when there is one.
+
+    Raises :class:`ManifestError` when a file is missing, is not TOML, or is invalid.
     """
     path = manifest_path(ref)
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ManifestError(f"model manifest {path} is not valid TOML: {exc}") from None
-    return parse_manifest(raw, str(path), stem=path.stem)
+    manifest = parse_manifest(_toml(path, "model manifest"), str(path), stem=path.stem)
+    lock = lock_path(path, lock_dir)
+    if lock.is_file():
+        manifest = apply_lock(manifest, _toml(lock, "model lock"), str(lock))
+    return manifest

@@ -1,17 +1,24 @@
-"""Operations of the model role: placing a model, holding a secret file."""
+"""Operations of the model role: placing a model (and writing its lock on the controller),
+holding a secret file."""
 
 from __future__ import annotations
 
+import atexit
+import fcntl
 import hashlib
+import json
+import sys
 from io import StringIO
+from pathlib import Path
 
 from pyinfra import host, logger
-from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand, operation
+from pyinfra.api import FactBase, FileUploadCommand, FunctionCommand, StringCommand, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
+from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.files import Sha256File
 
 from roles.common.facts import DirectoryInventory, JsonFile
-from roles.model.commands import model_fetch, placed_mismatches
+from roles.model.commands import layout, lockfile, placed_problems
 from roles.model.manifest import Manifest
 
 
@@ -28,34 +35,168 @@ def run_with_progress(state, host, command: str) -> bool:
     return status
 
 
-@operation()
-def model_placed(command: str, dest: str, manifest: Manifest, replace_mismatched: bool):
-    """Place a model at ``dest`` by running ``command`` (see :func:`fetch_argv`), unless a
-    complete copy is there.
+class ModelVerification(FactBase):
+    """``model_fetch.py verify`` of a placed model: ``{"status": "ok"|"mismatch", "problems":
+    [...], "sha256_checked": N}`` (every file hashed), or None when the tool could not run."""
 
-    A placed copy is checked by size against its record/manifest (cheap: no hashing on every
-    run): a mismatch is reported and kept, or repaired by ``command`` when
-    ``replace_mismatched``. A no-op on a complete copy.
+    def command(self, command: str) -> str:
+        return f"{command} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> dict | None:
+        for line in reversed(output):
+            if line.startswith("{"):
+                return json.loads(line)
+        return None
+
+
+#: verification results of this run: (host, dest) -> result. pyinfra evaluates an operation at
+#: planning and again at execution; a copy is hashed once per run.
+_verified: dict[tuple[str, str], dict | None] = {}
+
+#: model locks this run wrote on the controller, printed once more at the end of the run
+LOCKS_WRITTEN: list[str] = []
+
+
+def _print_locks() -> None:
+    if LOCKS_WRITTEN:
+        lines = "\n".join(f"    {line}" for line in LOCKS_WRITTEN)
+        print(
+            "\n--> Model locks written on this controller. Commit them: every rig that uses "
+            f"them places exactly these bytes.\n{lines}\n",
+            file=sys.stderr,
+        )
+
+
+atexit.register(_print_locks)
+
+
+def lock_from_record(manifest: Manifest, record: dict, host_name: str) -> str:
+    """The lock file text for ``manifest`` from the record of its first placement."""
+    files = [{k: f[k] for k in ("path", "dest", "size", "sha256")} for f in record["files"]]
+    where = record.get("endpoint") or "https://huggingface.co"
+    return lockfile.lock_text(
+        name=manifest.name,
+        repo_id=manifest.repo_id,
+        ref=manifest.ref,
+        commit=record["commit"],
+        files=files,
+        patterns=None if manifest.files else (list(manifest.include), list(manifest.exclude)),
+        origin=f"Locked on {host_name} at {record.get('placed_at', '?')}, from {where}.",
+    )
+
+
+def write_lock(state, host, dest: str, manifest: Manifest, lock_file: str) -> bool:
+    """Write the lock of ``manifest`` on the controller from the record of the copy placed at
+    ``dest`` (its commit, every file's size and sha256). Refuses to replace a lock another host
+    wrote for another commit in the meantime."""
+    record = host.get_fact(JsonFile, path=f"{dest}/{layout.RECORD}")
+    if not _locks_from(record):
+        host.log_styled(
+            f"model {manifest.name}: placed from {(record or {}).get('source', '?')}, not from "
+            "a hub commit: no lock written",
+            log_func=logger.info,
+        )
+        return True
+    text = lock_from_record(manifest, record, host.name)
+    target = Path(lock_file)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(f".{target.name}.writing"), "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)  # hosts of one run write their locks in turn
+        if target.exists():
+            other = target.read_text(encoding="utf-8")
+            if _body(other) != _body(text):
+                host.log_styled(
+                    f"model {manifest.name}: {target} was written meanwhile for other files "
+                    f"than this host placed (commit {record['commit']}); run again: this host's "
+                    "copy is then checked against that lock",
+                    fg="red",
+                    log_func=logger.error,
+                )
+                return False
+            return True
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(target)
+    total = sum(f["size"] for f in record["files"])
+    line = (
+        f"{target}: {manifest.repo_id} at {record['commit']} (ref {manifest.ref}), "
+        f"{len(record['files'])} files, {total / 1e9:.2f} GB, placed on {host.name}"
+    )
+    LOCKS_WRITTEN.append(line)
+    host.log_styled(
+        f"model {manifest.name}: lock written: {line}", fg="green", log_func=logger.warning
+    )
+    return True
+
+
+def _locks_from(record: dict | None) -> bool:
+    """Whether a placement's record pins a hub commit (a placement from Hugging Face)."""
+    return bool(record and record.get("commit") and record.get("source") == "huggingface")
+
+
+def _body(text: str) -> str:
+    """A lock without its comment lines (which name the host and time it was made)."""
+    return "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+
+
+@operation()
+def model_placed(
+    command: str,
+    dest: str,
+    manifest: Manifest,
+    replace_mismatched: bool,
+    verify_command: str | None = None,
+    lock_file: str | None = None,
+):
+    """Place a model at ``dest`` by running ``command`` (see :func:`fetch_argv`), unless a
+    complete copy is there; write its lock on the controller when this placement locks it.
+
+    + verify_command: when set (``model_verify_sha256``), a placed copy is also hashed file by
+      file (:class:`ModelVerification`); otherwise it is checked by size, recorded sha256 and
+      stray files (cheap: no hashing on every run)
+    + lock_file: where the lock of an unpinned manifest goes on the controller, written from
+      the record of the copy placed from Hugging Face (first-run locking); None for a manifest
+      that is pinned already
+
+    A copy that does not match fails the operation, naming each file, unless
+    ``replace_mismatched``: then ``command`` replaces those files (the old ones kept aside).
     """
     sizes = host.get_fact(DirectoryInventory, path=dest)
-    if sizes is not None:
-        record = host.get_fact(JsonFile, path=f"{dest}/{model_fetch.RECORD}")
-        problems = placed_mismatches(manifest, record, sizes)
-        if not problems:
-            host.noop(f"{manifest.name}@{manifest.revision} is placed at {dest}")
-            return
-        for problem in problems:
-            logger.warning(
-                f"[{host.name}] model {manifest.name}: {dest}/{problem} "
-                + (
-                    "(replacing it; the old file is kept as *.rigup-mismatch-<time>)"
-                    if replace_mismatched
-                    else "(kept as is; set model_replace_mismatched = True to replace it)"
-                )
+    if sizes is None:
+        yield FunctionCommand(run_with_progress, (command,), {})
+        if lock_file:
+            yield FunctionCommand(write_lock, (dest, manifest, lock_file), {})
+        return
+    record = host.get_fact(JsonFile, path=f"{dest}/{layout.RECORD}")
+    problems = placed_problems(manifest, record, sizes)
+    if verify_command and not problems:
+        key = (host.name, dest)
+        if key not in _verified or not host.state.is_executing:
+            _verified[key] = host.get_fact(ModelVerification, command=verify_command)
+        verdict = _verified[key]
+        if verdict is None:
+            raise OperationError(
+                f"model {manifest.name}: could not verify {dest} (model_verify_sha256): the model "
+                f"tool did not run: `{verify_command}`"
             )
-        if not replace_mismatched:
-            host.noop(f"{manifest.name}: mismatching files kept (model_replace_mismatched)")
+        problems = list(verdict["problems"])
+    if not problems:
+        if lock_file and _locks_from(record) and not Path(lock_file).exists():
+            # placed by an earlier run whose lock is not on this controller
+            yield FunctionCommand(write_lock, (dest, manifest, lock_file), {})
             return
+        host.noop(f"{manifest.name}@{manifest.revision} is placed at {dest}")
+        return
+    for problem in problems:
+        logger.warning(f"[{host.name}] model {manifest.name}: {dest}/{problem}")
+    if not replace_mismatched:
+        raise OperationError(
+            f"model {manifest.name}: the copy at {dest} does not match its manifest"
+            f"{' and lock' if manifest.lock_file else ''}: {'; '.join(problems[:10])}. It is "
+            "kept as it is; set model_replace_mismatched = True to replace these files (the "
+            "old ones are kept aside), then run again"
+        )
+    _verified.pop((host.name, dest), None)
     yield FunctionCommand(run_with_progress, (command,), {})
 
 

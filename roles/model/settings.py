@@ -10,6 +10,7 @@ from roles.common.checks import (
     SAFE_NAME,
     Check,
     abs_path_list,
+    abs_path_or_empty,
     boolean,
     choice,
     contains,
@@ -22,7 +23,7 @@ from roles.common.checks import (
 )
 from roles.model.manifest import ManifestError, load_manifest
 
-#: Model sources (roles/model, files/model/model_fetch.py).
+#: Model sources (roles/model, files/model/modeltool).
 MODEL_SOURCES = ("local", "huggingface", "modelscope")
 
 
@@ -71,6 +72,8 @@ RULES: dict[str, Check] = {
     "modelscope_endpoint": url_or_empty,
     "modelscope_token_env": matches(ENV_NAME, "an environment variable name"),
     "model_replace_mismatched": boolean,
+    "model_verify_sha256": boolean,
+    "model_lock_dir": abs_path_or_empty,
     "model_backup_dir": writable_dir_or_empty,
     "model_tool_python": python_interpreter,
 }

@@ -20,7 +20,7 @@ from pyinfra.api import deploy
 
 from roles.common.operations import fingerprint
 from roles.common.service import GpuService, ServiceSpec
-from roles.model import PlacedModel
+from roles.model import PLACEMENT_RECORD, PlacedModel
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import service_mode
 from roles.nvidia import NvidiaPaths, cuda_env
@@ -101,27 +101,39 @@ def vllm(settings, llm: PlacedModel) -> None:
         mode = "644" if name.endswith("_offline.py") else "755"
         svc.put(f"Script {name}", src, f"{p.bin}/{name}", mode)
 
-    args = serve_args(settings, llm.path)
-    svc.put("vllm serve arguments (JSON)", StringIO(json.dumps(args, indent=2) + "\n"), p.args_file)
     checks = svc.layout.checks
     venv_key = (_sha256(LOCK), settings.vllm_python)
     offline = _sha256(SCRIPTS["vllm_offline.py"])
+    method = settings.vllm_text_only_method
+    as_user = svc.as_user(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    model = shlex.quote(llm.path)
+    # the placed model's record and config.json: a model placed again (by this run, or by a
+    # transfer an interrupted run left behind) is checked again
+    placed = (f"{llm.path}/{PLACEMENT_RECORD}", f"{llm.path}/config.json")
+    spec = settings.vllm_speculative_config
+    speculative = f" --speculative-method {shlex.quote(spec['method'])}" if spec else ""
+    svc.check(
+        name="Checkpoint preflight with vLLM's model registry (shards, lm_head, vision, weight "
+        "names, MTP head)",
+        command=(
+            f"{as_user} {p.python} {p.bin}/checkpoint_preflight.py {model} --method {method}"
+            f"{speculative}"
+        ),
+        stamp=f"{checks}/checkpoint-preflight.ok",
+        key=fingerprint(
+            llm.path, method, spec, venv_key, _sha256(SCRIPTS["checkpoint_preflight.py"])
+        ),
+        what="checkpoint preflight",
+        watch=placed,
+    )
+    args = serve_args(settings, llm.path)
+    svc.put("vllm serve arguments (JSON)", StringIO(json.dumps(args, indent=2) + "\n"), p.args_file)
     svc.check(
         name="Check the serve arguments with vLLM's own parser",
         command=f"{p.python} {p.bin}/check_args.py {p.args_file}",
         stamp=f"{checks}/vllm-args.ok",
         key=fingerprint(args, venv_key, _sha256(SCRIPTS["check_args.py"]), offline),
         what="vLLM argument check",
-    )
-    method = settings.vllm_text_only_method
-    as_user = svc.as_user(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    model = shlex.quote(llm.path)
-    svc.check(
-        name="Checkpoint preflight with vLLM's model registry (lm_head, vision, weight names)",
-        command=f"{as_user} {p.python} {p.bin}/checkpoint_preflight.py {model} --method {method}",
-        stamp=f"{checks}/checkpoint-preflight.ok",
-        key=fingerprint(llm.path, method, venv_key, _sha256(SCRIPTS["checkpoint_preflight.py"])),
-        what="checkpoint preflight",
     )
     svc.check(
         name=f"Check the checkpoint is served text-only ({method}) with vLLM's config code",
@@ -131,5 +143,6 @@ def vllm(settings, llm: PlacedModel) -> None:
             llm.path, method, venv_key, _sha256(SCRIPTS["text_only_check.py"]), offline
         ),
         what="text-only check",
+        watch=placed,
     )
     svc.install(gpu_hold_back_reason(settings))

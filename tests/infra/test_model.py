@@ -1,10 +1,13 @@
-"""model role: the placed checkpoint, its text-only edit, and vLLM's verdict on it; the model
-tool venv, the record of what was placed and the token file."""
+"""model role: every placed model (the LLM, VoxCPM2's, ComfyUI's) checked byte for byte against
+its manifest, lock and record; the checkpoint's text-only edit and vLLM's verdict on it; the
+model tool venv and the token files."""
 
 import json
+import shlex
 from pathlib import Path
 
-from roles.model.commands import model_fetch
+from roles.model import PLACEMENT_RECORD, host_manifests, placed_path
+from roles.model.commands import placed_problems, verify_argv
 from roles.model.manifest import load_manifest
 from roles.model.patch import patch_for
 
@@ -62,33 +65,55 @@ def test_vllm_serves_it_text_only(host, data, llm_dir, vllm_paths):
     assert verdict["text_only"] is True, f"vLLM's verdict: {verdict.get('reasons')}"
 
 
-def test_placed_copy_matches_its_manifest_and_record(host, data, llm_dir):
-    """Sizes on the host against the manifest and the record written at placement (sha256s are
-    checked at placement and by `model_fetch.py verify`, not here: hashing GBs per test run)."""
-    manifest = load_manifest(data.get("model_llm_manifest"))
-    record_file = host.file(f"{llm_dir}/{model_fetch.RECORD}")
-    assert record_file.exists, f"no {model_fetch.RECORD} in {llm_dir}: run deploys/model.py"
-    record = json.loads(record_file.content_string)
-    assert record["manifest"]["name"] == manifest.name
-    assert record["files"] and all(len(f["sha256"]) == 64 for f in record["files"])
-    out = host.run(f"cd {llm_dir} && find . -type f -printf '%s %P\\n'")
-    sizes = {
-        rel: int(size) for size, _, rel in (line.partition(" ") for line in out.stdout.splitlines())
-    }
-    recorded = {f["dest"]: f for f in record["files"]}
-    bad = model_fetch.size_mismatches(manifest.to_json()["files"], recorded, sizes)
-    assert not bad, f"placed files differ from the manifest/record: {bad}"
+def _placed(data) -> list[tuple[str, str]]:
+    """(manifest, placed directory) of every model the settings place on the host."""
+    return [(ref, placed_path(data, ref)) for ref in host_manifests(data)]
 
 
-def test_full_verification_with_sha256(host, llm_dir, model_paths):
-    out = host.run(
-        f"{model_paths.python} {model_paths.fetch} verify "
-        f"--manifest {model_paths.manifests_dir}/{llm_dir.split('/')[-2]}.json "
-        f"--dir {llm_dir}"
-    )
-    verdict = json.loads(out.stdout.strip().splitlines()[-1])
-    assert out.rc == 0 and verdict["status"] == "ok", f"model_fetch.py verify: {verdict}"
-    assert verdict["sha256_checked"] > 0
+def test_every_placed_model_matches_its_manifest_lock_and_record(host, data):
+    """Sizes, the sha256 recorded at placement against the manifest's or lock's, and nothing in
+    a placed model that is not the model's (no *.incomplete, no *.bad, no file put there by
+    hand); nothing left beside it of an unfinished transfer."""
+    problems = []
+    for ref, path in _placed(data):
+        manifest = load_manifest(ref, data.get("model_lock_dir"))
+        record_file = host.file(f"{path}/{PLACEMENT_RECORD}")
+        if not record_file.exists:
+            problems.append(f"{path}: not placed (no {PLACEMENT_RECORD}): run the deploy")
+            continue
+        record = json.loads(record_file.content_string)
+        if record["manifest"]["name"] != manifest.name:
+            problems.append(f"{path}: the record is of {record['manifest']['name']}")
+        out = host.run(f"cd {shlex.quote(path)} && find . -type f -printf '%s %P\\n'")
+        sizes = {
+            rel: int(size)
+            for size, _, rel in (line.partition(" ") for line in out.stdout.splitlines())
+        }
+        problems += [f"{path}/{p}" for p in placed_problems(manifest, record, sizes)]
+        parent, revision = path.rsplit("/", 1)
+        for leftover in (f".{revision}.partial", f".{revision}.rejected", f".{revision}.repair"):
+            if host.file(f"{parent}/{leftover}").exists:
+                problems.append(f"{parent}/{leftover}: left by an unfinished transfer")
+    assert not problems, "placed models differ from their manifests:\n" + "\n".join(problems)
+
+
+def test_every_placed_model_verifies_byte_for_byte(host, data):
+    """model_fetch.py verify on every placed model: every file hashed against the sha256
+    recorded when it was placed, every shard its index names present, no stray file."""
+    problems, checked = [], 0
+    for _ref, path in _placed(data):
+        out = host.run(verify_argv(data, path))
+        lines = out.stdout.strip().splitlines()
+        if not lines:
+            problems.append(f"{path}: model_fetch.py verify did not run: {out.stderr[-400:]}")
+            continue
+        verdict = json.loads(lines[-1])
+        checked += verdict["sha256_checked"]
+        problems += [f"{path}/{p}" for p in verdict["problems"]]
+        if verdict["sha256_checked"] == 0:
+            problems.append(f"{path}: no file was hashed")
+    assert not problems, "placed models do not verify:\n" + "\n".join(problems)
+    assert checked > 0
 
 
 def test_model_tool_venv_has_the_pinned_libraries(host, model_paths):

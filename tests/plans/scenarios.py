@@ -356,15 +356,29 @@ def vllm_alone_no_driver():
     return {**_bare_3090s(), **_ubuntu_2604(), **_mirror_present()}, {}
 
 
-def missing_model_source():
-    """The mirror path does not exist and nothing is placed."""
+def _no_copy() -> dict:
+    """No local copy of any model under model_local_dirs, nothing placed."""
     return {
-        **_bare_3090s(),
-        **_ubuntu_2604(),
         CANDIDATES: [],
         f"test -d {MIRROR}": ["@absent"],
         f"test -d {PLACED}": ["@absent"],
-    }, {}
+        re.compile(r"echo store \S*/voxcpm2/"): [],
+        f"test -d {VOXCPM_COPY}": ["@absent"],
+        f"test -d {VOXCPM_PLACED}": ["@absent"],
+        "uname -m": ["x86_64"],
+        **_free(),
+    }
+
+
+def missing_model_source():
+    """Only the local source is configured, the mirror path does not exist, nothing is placed."""
+    return {**_bare_3090s(), **_ubuntu_2604(), **_no_copy()}, {"model_sources": ["local"]}
+
+
+def fresh_rig_from_the_hub():
+    """A fresh install with the shipped settings and no local copy of any model: the models
+    come from Hugging Face, each unpinned manifest locked on its first placement."""
+    return {**_bare_3090s(), **_ubuntu_2604(), **_no_copy()}, {}
 
 
 def not_a_checkpoint():
@@ -393,10 +407,11 @@ def disk_too_small():
     return {**_ubuntu_2604(), **_driver(), **_mirror_present(free_gb=10)}, {}
 
 
-def hub_only_unpinned():
-    """Only Hugging Face configured, but the LLM manifest is unpinned (no commit known here)."""
+def modelscope_only_unpinned():
+    """Only ModelScope configured, but the LLM manifest has no lock (ModelScope's files are
+    checked against a lock's sha256)."""
     return {**_ubuntu_2604(), **_driver(), CANDIDATES: [], **_free()}, {
-        "model_sources": ["huggingface"]
+        "model_sources": ["modelscope"]
     }
 
 
@@ -453,7 +468,7 @@ def voxcpm_gpu_index_missing():
 
 
 def voxcpm_no_model_copy():
-    """The LLM mirror is there, the VoxCPM2 copy is not, nothing placed."""
+    """Only the local source; the LLM mirror is there, the VoxCPM2 copy is not, nothing placed."""
     return {
         **_ubuntu_2604(),
         **_driver(),
@@ -461,7 +476,7 @@ def voxcpm_no_model_copy():
         # (same compiled pattern as _voxcpm_copy_present's key, so this value replaces it)
         re.compile(r"echo store \S*/voxcpm2/"): [],
         f"test -d {VOXCPM_COPY}": ["@absent"],
-    }, {}
+    }, {"model_sources": ["local"]}
 
 
 def voxcpm_venv_on_old_python():
@@ -524,11 +539,12 @@ SCENARIOS = {
         bad_kv_cache_dtype,
         too_few_gpus,
         missing_model_source,
+        fresh_rig_from_the_hub,
         not_a_checkpoint,
         no_systemd,
         not_root,
         disk_too_small,
-        hub_only_unpinned,
+        modelscope_only_unpinned,
         fresh_rig_run,
         fetch_fails,
         voxcpm_python_out_of_range,

@@ -93,3 +93,28 @@ def test_a_component_places_its_manifest_and_links_the_files(monkeypatch):
         prefix + "Link /opt/comfy/models/vae/ae.safetensors"
     )
     assert "test-org/tiny-comfy is gated on Hugging Face and $HF_TOKEN is not set" in err
+
+
+def test_a_fresh_install_without_local_copies_fetches_and_locks_its_models(monkeypatch):
+    """The shipped settings on a fresh rig with no local copy of any model: every model is
+    planned from Hugging Face (none is refused for being unpinned), and the run says which ref
+    it resolves and where each lock will be written on this controller."""
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    rc, parsed, err = plan("fresh_rig_from_the_hub")
+    assert rc == 0, err
+    names = changes(parsed)
+    for placed in (
+        "LLM checkpoint | Place model qwen3.6-27b-int4-autoround@mirror-2026-11",
+        "VoxCPM2 | Place model voxcpm2@unverified-2026-11",
+        "ComfyUI | Place model flux2-dev@unverified-2026-11",
+        "ComfyUI | Place model ltx-2.3-22b-dev-fp8@unverified-2026-11",
+    ):
+        assert placed in names
+    manifests = REPO / "files" / "model" / "manifests"
+    assert (
+        "model qwen3.6-27b-int4-autoround: no lock yet: the host resolves "
+        "Intel/Qwen3.6-27B-int4-AutoRound@main to a commit, places the files at that commit "
+        "checked against the hub's hashes, and the lock is written to "
+        f"{manifests}/qwen3.6-27b-int4-autoround.lock"
+    ) in " ".join(err.split())
+    assert f"{manifests}/voxcpm2.lock" in err

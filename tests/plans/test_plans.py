@@ -125,7 +125,10 @@ def test_host_without_gpus_or_driver_installs_but_does_not_start(scenario, deplo
             "model qwen3.6-27b-int4-autoround@mirror-2026-11: no copy found under /srv/mirror",
         ),
         ("disk_too_small", "18.49 GB to place + 1 GiB spare, but only 10.00 GB free"),
-        ("hub_only_unpinned", "is unpinned (no commit, no sha256), and huggingface downloads"),
+        (
+            "modelscope_only_unpinned",
+            "has no lock (no commit, no sha256), and modelscope checks every file against a lock",
+        ),
         ("not_a_checkpoint", "has no config.json"),
         ("no_systemd", "systemd is not running as PID 1"),
         ("not_root", "not root: connect as root or add --sudo"),

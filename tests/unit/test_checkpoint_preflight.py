@@ -70,9 +70,9 @@ def build_variants(tmp: Path) -> dict[str, Path]:
     return out
 
 
-def run(model: Path, method: str = "language_model_only") -> tuple[int, dict]:
+def run(model: Path, method: str = "language_model_only", *extra: str) -> tuple[int, dict]:
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(model), "--method", method, "--no-vllm"],
+        [sys.executable, str(SCRIPT), str(model), "--method", method, "--no-vllm", *extra],
         capture_output=True,
         text=True,
     )
@@ -140,3 +140,37 @@ def test_single_file_checkpoint_header_is_read(tmp_path):
     ).encode()
     (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
     assert cp.tensor_names(tmp_path) == ["lm_head.weight", "model.norm.weight"]
+
+
+def test_the_constructed_checkpoint_keeps_its_mtp_head(variants):
+    rc, result = run(variants["good"], "language_model_only", "--speculative-method", "mtp")
+    assert rc == 0, result
+
+
+def test_mtp_on_without_mtp_tensors_is_refused_naming_the_fix(tmp_path, variants):
+    """MTP on (the default vllm_speculative_config) but the checkpoint's MTP head was dropped:
+    refused before vLLM is configured, saying how to fix it."""
+    ckpt = tmp_path / "no-mtp"
+    shutil.copytree(variants["good"], ckpt)
+    rename_tensors(ckpt, lambda name: [] if name.startswith("mtp.") else [name])
+    rc, result = run(ckpt, "language_model_only", "--speculative-method", "mtp")
+    assert rc == 1
+    (problem,) = result["problems"]
+    assert 'MTP is on (vllm_speculative_config method "mtp")' in problem
+    assert "no mtp.* tensors" in problem
+    assert "vllm_speculative_config = None" in problem and "keeps its MTP head" in problem
+    rc, result = run(ckpt)  # MTP off: the same checkpoint is fine
+    assert rc == 0, result
+
+
+def test_every_shard_the_index_names_must_be_there(tmp_path, variants):
+    ckpt = tmp_path / "half"
+    shutil.copytree(variants["good"], ckpt)
+    (ckpt / "model-00002-of-00002.safetensors").unlink()
+    rc, result = run(ckpt)
+    assert rc == 1
+    (problem,) = result["problems"]
+    assert problem.startswith(
+        "model.safetensors.index.json names 1 shard(s) that are not in the checkpoint "
+        "directory: model-00002-of-00002.safetensors"
+    )

@@ -5,7 +5,8 @@ tests/util.py and tests/test_operations.py, is not shipped in the pyinfra packag
 small one in the same spirit). Each tests/operations/<operation>/<case>.json holds:
 
 - ``kwargs``: the operation's arguments. A string ``"callable:<module>:<name>"`` stands for that
-  Python object (``json_file_patched``'s ``patch``).
+  Python object (``json_file_patched``'s ``patch``); ``{"call": "<module>:<name>", "args": [...]}``
+  for what that function returns (``model_placed``'s ``manifest``).
 - ``facts``: ``{"<fact>": {"<arguments>": value}}``. ``<fact>`` names one of pyinfra's facts as
   pyinfra's tests do (``files.FileContents``) and one of rigup's by its class name
   (``UvSyncPending``, ``GitCheckout``); ``<arguments>`` is pyinfra's ``key=value, ...`` string
@@ -14,7 +15,9 @@ small one in the same spirit). Each tests/operations/<operation>/<case>.json hol
   read: a stale case fails.
 - ``commands``: the commands the operation yields, in order: a shell command as a string (as
   pyinfra runs it, masked bits shown as ``[raw, masked]``), an upload as
-  ``["upload", "<content>", "<dest>"]``.
+  ``["upload", "<content>", "<dest>"]``, a Python step on the controller as
+  ``["function", "<name>", [<arguments>]]`` (an argument that is not a JSON value as
+  ``"<TypeName>"``).
 - ``noop_description``: the no-op message, required when no command is expected.
 - ``exception``: ``{"name": "OperationError", "message": "..."}`` when the operation must raise.
 - ``executing``: ``host.state.is_executing`` (default false: the operation is being planned).
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyinfra.api import Config, FileUploadCommand, StringCommand
+from pyinfra.api import Config, FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.api.util import get_kwargs_str
 from pyinfra.context import ctx_host, ctx_state
 
@@ -43,6 +46,7 @@ OPERATIONS = {
     "json_file_patched": "roles.common.operations:json_file_patched",
     "git_checkout_pinned": "roles.comfyui.git:git_checkout_pinned",
     "mode_active": "roles.modes:mode_active",
+    "model_placed": "roles.model.operations:model_placed",
 }
 
 
@@ -57,6 +61,8 @@ def parse_value(value: Any) -> Any:
         return _load(value[len("callable:") :])
     if isinstance(value, list):
         return [parse_value(v) for v in value]
+    if isinstance(value, dict) and set(value) == {"call", "args"}:
+        return _load(value["call"])(*parse_value(value["args"]))
     if isinstance(value, dict):
         return {k: parse_value(v) for k, v in value.items()}
     return value
@@ -135,6 +141,10 @@ def command_json(command: Any) -> Any:
         else:
             data = str(src)
         return ["upload", data, str(command.dest)]
+    if isinstance(command, FunctionCommand):
+        plain = (str, int, float, bool, type(None))
+        args = [a if isinstance(a, plain) else f"<{type(a).__name__}>" for a in command.args]
+        return ["function", command.function.__name__, args]
     raise TypeError(f"{command!r} is not a pyinfra command")
 
 

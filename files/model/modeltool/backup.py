@@ -1,0 +1,81 @@
+"""``backup``: every placed model of a store copied to a backup directory, each file checked
+against the sha256 recorded when it was placed, each model renamed into place when complete;
+models already in the backup are skipped."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from modeltool.hashing import copy_resuming
+from modeltool.layout import RECORD, VERIFIED, partial_dir
+from modeltool.place import check_free_space, current, finish_file, verified_before
+from modeltool.progress import Progress
+from modeltool.snapshot import mismatches
+
+
+def backup_model(placed: Path, target: Path, spare: int) -> int:
+    """Copy the placed model ``placed`` to ``target``; returns the bytes copied."""
+    record = json.loads((placed / RECORD).read_text(encoding="utf-8"))
+    label = f"{placed.parent.name}@{placed.name}"
+    partial = partial_dir(target)
+    partial.mkdir(parents=True, exist_ok=True)
+    files = [{k: f[k] for k in ("path", "dest", "size", "sha256")} for f in record["files"]]
+    origin = f"backup:{placed}"
+    done = verified_before(partial, origin, pinned=True)
+    needed = 0
+    for f in files:
+        tmp = partial / (f["dest"] + ".incomplete")
+        if f["dest"] not in done:
+            needed += max(f["size"] - (tmp.stat().st_size if tmp.exists() else 0), 0)
+    check_free_space(partial, needed, label, spare)
+    progress = Progress(f"backup {label}", needed)
+    current.update(progress=progress, dest=str(target), partial=str(partial))
+    for f in files:
+        if f["dest"] in done:
+            continue
+        src = placed / f["dest"]
+        if (placed / (f["dest"] + ".rigup-orig")).is_file():
+            src = placed / (f["dest"] + ".rigup-orig")  # the original, not rigup's edit
+        final = partial / f["dest"]
+        final.parent.mkdir(parents=True, exist_ok=True)
+        copied = copy_resuming(src, final.with_name(final.name + ".incomplete"), progress)
+        finish_file(
+            partial, f, origin, size=f["size"], sha256=f["sha256"], got_sha256=copied.sha256
+        )
+    (partial / VERIFIED).unlink(missing_ok=True)
+    (partial / RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    os.sync()
+    partial.rename(target)
+    return progress.done
+
+
+def cmd_backup(opts) -> dict:
+    store, to = Path(opts.store), Path(opts.to)
+    to.mkdir(parents=True, exist_ok=True)
+    copied, total, models = 0, 0, []
+    started = time.monotonic()
+    for record_file in sorted(store.glob(f"*/*/{RECORD}")):
+        placed = record_file.parent
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+        target = to / placed.parent.name / placed.name
+        entry = {"model": f"{placed.parent.name}@{placed.name}", "dest": str(target)}
+        if target.is_dir() and not mismatches({**record["manifest"], "files": []}, target):
+            entry["status"] = "present"
+        else:
+            copied += backup_model(placed, target, opts.spare_bytes)
+            entry["status"] = "copied"
+        total += sum(f["size"] for f in record["files"])
+        models.append(entry)
+    summary = {
+        "status": "ok",
+        "to": str(to),
+        "models": models,
+        "bytes_total": total,
+        "bytes_transferred": copied,
+        "seconds": round(time.monotonic() - started, 2),
+    }
+    (to / "rigup-backup.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return summary

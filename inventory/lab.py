@@ -2,7 +2,8 @@
 on a loopback port exactly like a rig (created by `python -m lab up`, see lab/).
 
 It declares no NVIDIA GPUs, so GPU services are installed and checked but not started, and the
-checkpoint comes from a constructed Qwen3.6-shaped mirror the lab tooling pushes in. ComfyUI runs
+models (a constructed Qwen3.6-shaped checkpoint, VoxCPM2's stand-in) come from the lab's own
+Hugging Face-compatible server through huggingface_hub. ComfyUI runs
 on the CPU from a git mirror pushed in the same way (when the controller has one), in the media
 mode.
 """
@@ -14,6 +15,7 @@ from lab.comfyui_lab import (
     lab_comfyui_port,
 )
 from lab.config import LabConfig
+from lab.hub_lab import hub_endpoint
 from lab.voxcpm_lab import LAB_PYTHON_VERSION, PYTHON_DOWNLOADS_JSON
 
 _cfg = LabConfig.from_env()
@@ -30,6 +32,11 @@ lab = [
             "ssh_known_hosts_file": str(_cfg.known_hosts),
             "ssh_strict_host_key_checking": "yes",
             "nvidia_gpu_count": 0,  # no GPU in the lab: services installed, not started
+            # --- Models (lab/hub_lab.py): from the lab's Hugging Face-compatible server, as a
+            # rig's come from huggingface.co or hf-mirror.com; their locks are written in the lab's
+            # state directory on this controller, never beside the shipped manifests
+            "hf_endpoint": hub_endpoint(_cfg),
+            "model_lock_dir": str(_cfg.state_dir / "model-locks"),
             # --- VoxCPM2 (lab/voxcpm_lab.py): the lab gets no GitHub and no Hugging Face ---
             # CPython 3.11.2 from Debian 12's packages, installed by the same `uv python install`
             "voxcpm_python_version": LAB_PYTHON_VERSION,

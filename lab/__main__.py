@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from lab import comfyui_lab, voxcpm_lab
+from lab import comfyui_lab, hub_lab, voxcpm_lab
 from lab.config import LabConfig, LabError
 from lab.machine import LabMachine
 from lab.render import ssh_argv
@@ -44,8 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_push.add_argument("dest", help="absolute path in the machine")
     sub.add_parser(
         "converge",
-        help="up, seed the model mirror, run deploys/full.py, re-run it --dry --json (must plan "
-        "0 changes), run testinfra (tests/infra), print a summary; the machine keeps running",
+        help="up, seed the models into the lab's Hugging Face-compatible server, run "
+        "deploys/full.py, re-run it --dry --json (must plan 0 changes), run testinfra "
+        "(tests/infra), print a summary; the machine keeps running",
     )
     return parser
 
@@ -58,6 +59,7 @@ def converge(machine: LabMachine) -> int:
     machine.up()
     up = StepResult("create/up", 0, time.monotonic() - started)
     steps = [up, scenario.seed_mirror(machine), comfyui_lab.seed(machine), voxcpm_lab.seed(machine)]
+    steps.append(hub_lab.seed(machine))  # the seeded models become the lab hub's repositories
     steps.append(scenario.converge())
     if steps[-1].ok:
         steps.append(scenario.idempotence())

@@ -122,11 +122,13 @@ def format_transfer(report: dict) -> str:
     name = f"{where[-2]}@{where[-1]}" if len(where) > 1 else report["dest"]
     moved = report.get("bytes_transferred", 0)
     rate = f", {report['rate_mb_s']} MB/s" if report.get("rate_mb_s") else ""
-    source = (
-        f" from {report['from']} ({report.get('layout', report.get('source'))})"
-        if report.get("from")
-        else ""
-    )
+    if report.get("from"):
+        source = f" from {report['from']} ({report.get('layout', report.get('source'))})"
+    elif report.get("source") == "huggingface":
+        endpoint = report.get("endpoint") or "https://huggingface.co"
+        source = f" from {endpoint} ({report['repo_id']} at {report['commit'][:12]})"
+    else:
+        source = f" from {report['source']}" if report.get("source") else ""
     return f"model {name}: {report['status']}{source}, {moved:,} B moved in {report['seconds']} s{rate}"
 
 
@@ -162,6 +164,11 @@ def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
             line += f"  testinfra: {s.detail.get('summary', '')}"
         if s.name == "seed mirror":
             line += f"  constructed checkpoint, {s.detail['bytes'] / 1e6:.1f} MB"
+        if s.name == "seed hub":
+            line += (
+                f"  Hugging Face-compatible server {s.detail['endpoint']} (olah), "
+                f"{s.detail['bytes'] / 1e6:.1f} MB of repositories"
+            )
         if s.name == "seed voxcpm":
             line += f"  CPython 3.11 archive from Debian 12, {s.detail['bytes'] / 1e6:.1f} MB"
         if s.name == "comfyui src":
@@ -173,6 +180,11 @@ def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
                 )
         out.append(line)
     out.extend(model_transfer_lines(machine))
+    lock_dir = machine.cfg.state_dir / "model-locks"  # inventory/lab.py's model_lock_dir
+    locks = sorted(lock_dir.glob("*.lock"))
+    if locks:
+        out.append(f"model locks written on this controller (first placement): {lock_dir}/")
+        out.extend(f"  {lock.name}" for lock in locks)
     cfg = machine.cfg
     out.append(
         f"lab machine {cfg.name}: ssh -i {cfg.ssh_key} -p {cfg.ssh_port} root@127.0.0.1 "

@@ -16,7 +16,6 @@ files/model/requirements.lock, built by uv).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from io import StringIO
@@ -32,7 +31,7 @@ from roles.common.operations import json_file_patched
 from roles.common.venv import locked_venv
 from roles.model.commands import FILES, TOOL, backup_argv, fetch_argv, layout, verify_argv
 from roles.model.manifest import Manifest, ManifestError, load_manifest, lock_path, store_path
-from roles.model.operations import model_placed, secret_file
+from roles.model.operations import manifest_json, model_placed, secret_file
 from roles.model.patch import patch_for
 from roles.model.paths import ModelPaths
 from roles.model.preflight import require_source
@@ -139,7 +138,7 @@ class ModelStore:
         manifest_file = f"{p.manifests_dir}/{m.name}.json"
         files.put(
             name=f"Manifest {m.name} (JSON for model_fetch.py)",
-            src=StringIO(json.dumps(m.to_json(), indent=1, sort_keys=True) + "\n"),
+            src=StringIO(manifest_json(m)),
             dest=manifest_file,
             mode="644",
         )
@@ -151,6 +150,7 @@ class ModelStore:
             replace_mismatched=bool(data.model_replace_mismatched),
             verify_command=verify_argv(data, dest) if data.model_verify_sha256 else None,
             lock_file=lock_file,
+            manifest_file=manifest_file,
         )
         return PlacedModel(
             name=m.name,

@@ -19,7 +19,7 @@ from pyinfra.facts.files import Sha256File
 
 from roles.common.facts import DirectoryInventory, JsonFile
 from roles.model.commands import layout, lockfile, placed_problems
-from roles.model.manifest import Manifest
+from roles.model.manifest import Manifest, load_manifest
 
 
 def run_with_progress(state, host, command: str) -> bool:
@@ -85,9 +85,17 @@ def lock_from_record(manifest: Manifest, record: dict, host_name: str) -> str:
     )
 
 
-def write_lock(state, host, dest: str, manifest: Manifest, lock_file: str) -> bool:
+def manifest_json(manifest: Manifest) -> str:
+    """The manifest as the host's model tool reads it (``<etc>/model/manifests/<name>.json``)."""
+    return json.dumps(manifest.to_json(), indent=1, sort_keys=True) + "\n"
+
+
+def write_lock(
+    state, host, dest: str, manifest: Manifest, lock_file: str, manifest_file: str
+) -> bool:
     """Write the lock of ``manifest`` on the controller from the record of the copy placed at
-    ``dest`` (its commit, every file's size and sha256). Refuses to replace a lock another host
+    ``dest`` (its commit, every file's size and sha256), and the locked manifest to the host
+    (``manifest_file``), as the next run puts it there. Refuses to replace a lock another host
     wrote for another commit in the meantime."""
     record = host.get_fact(JsonFile, path=f"{dest}/{layout.RECORD}")
     if not _locks_from(record):
@@ -117,6 +125,9 @@ def write_lock(state, host, dest: str, manifest: Manifest, lock_file: str) -> bo
         tmp = target.with_name(f".{target.name}.tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(target)
+    locked = load_manifest(manifest.source_file, str(target.parent))
+    if not host.put_file(StringIO(manifest_json(locked)), manifest_file):
+        return False
     total = sum(f["size"] for f in record["files"])
     line = (
         f"{target}: {manifest.repo_id} at {record['commit']} (ref {manifest.ref}), "
@@ -147,6 +158,7 @@ def model_placed(
     replace_mismatched: bool,
     verify_command: str | None = None,
     lock_file: str | None = None,
+    manifest_file: str = "",
 ):
     """Place a model at ``dest`` by running ``command`` (see :func:`fetch_argv`), unless a
     complete copy is there; write its lock on the controller when this placement locks it.
@@ -157,6 +169,7 @@ def model_placed(
     + lock_file: where the lock of an unpinned manifest goes on the controller, written from
       the record of the copy placed from Hugging Face (first-run locking); None for a manifest
       that is pinned already
+    + manifest_file: the manifest's JSON on the host, rewritten locked with the lock
 
     A copy that does not match fails the operation, naming each file, unless
     ``replace_mismatched``: then ``command`` replaces those files (the old ones kept aside).
@@ -165,7 +178,7 @@ def model_placed(
     if sizes is None:
         yield FunctionCommand(run_with_progress, (command,), {})
         if lock_file:
-            yield FunctionCommand(write_lock, (dest, manifest, lock_file), {})
+            yield FunctionCommand(write_lock, (dest, manifest, lock_file, manifest_file), {})
         return
     record = host.get_fact(JsonFile, path=f"{dest}/{layout.RECORD}")
     problems = placed_problems(manifest, record, sizes)
@@ -183,7 +196,7 @@ def model_placed(
     if not problems:
         if lock_file and _locks_from(record) and not Path(lock_file).exists():
             # placed by an earlier run whose lock is not on this controller
-            yield FunctionCommand(write_lock, (dest, manifest, lock_file), {})
+            yield FunctionCommand(write_lock, (dest, manifest, lock_file, manifest_file), {})
             return
         host.noop(f"{manifest.name}@{manifest.revision} is placed at {dest}")
         return

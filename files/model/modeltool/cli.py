@@ -47,6 +47,8 @@ def write_report(path: str, result: dict) -> None:
 def interrupted_result(command: str, reason: str, started: float) -> dict:
     """The record of an interrupted command: where it stopped, what it had moved."""
     progress = placing.current.get("progress")
+    if progress:
+        progress.refresh()
     result = {
         "status": "interrupted",
         "reason": reason,

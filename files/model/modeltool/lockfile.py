@@ -34,10 +34,10 @@ def lock_text(
     manifest's (include, exclude) when the files were selected by them. ``origin``: a line
     saying where and when it was locked."""
     lines = [
-        f"# Lock of the model manifest {name}.toml (rigup model lock, format {FORMAT}): the exact",
-        f'# files of {repo_id} at commit {commit}, the commit ref "{ref}" named when it was locked.',
+        f"# rigup model lock (format {FORMAT}) of {name}.toml: the exact files of {repo_id}",
+        f'# at commit {commit} (ref "{ref}" when it was locked).',
         "# Every rig placing this model gets exactly these bytes: each file is checked against its",
-        "# sha256. Commit this file next to the manifest; delete it to lock the ref again.",
+        "# sha256. Commit this file with the manifest; delete it to lock the ref again.",
     ]
     if origin:
         lines.append(f"# {origin}")

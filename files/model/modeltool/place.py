@@ -256,15 +256,19 @@ class _Meter:
 
     def _run(self) -> None:
         while not self.stop.wait(PROGRESS_EVERY_S):
-            self.progress.done = self.base + hub.tree_bytes(self.where)
             self.progress.show()
 
+    def _count(self) -> None:
+        self.progress.done = self.base + hub.tree_bytes(self.where)
+
     def __enter__(self) -> _Meter:
+        self.progress.refresh = self._count
         self.thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop.set()
+        self.progress.refresh = lambda: None
 
 
 def hub_expectations(

@@ -47,6 +47,9 @@ class Progress:
         self.label, self.total = label, total
         self.done = 0
         self.started = self.last = time.monotonic()
+        #: brings ``done`` up to date where bytes arrive outside this process's reads (a hub
+        #: library writing files): called before a figure is shown or recorded
+        self.refresh: Callable[[], None] = lambda: None
 
     def add(self, n: int, current: str = "") -> None:
         self.done += n
@@ -56,6 +59,7 @@ class Progress:
             self.show(current)
 
     def show(self, current: str = "") -> None:
+        self.refresh()
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = self.done / elapsed / 1e6
         pct = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""

@@ -42,9 +42,9 @@ Synthesizers (``--synthesizer``): "voxcpm" loads VoxCPM2 with voxcpm's own API
 (``VoxCPM(voxcpm_model_path=..., zipenhancer_model_path=None, enable_denoiser=False, ...)``) on
 ``--device``. "test-double" is a TEST DOUBLE for hosts without the model or a GPU (rigup's lab):
 it loads nothing and returns a deterministic tone instead of speech; everything else (requests,
-validation, voices, encoding, errors, readiness) is this same server. rigup selects it only with the
-setting ``voxcpm_test_double_synthesizer`` (off by default); /ready and every audio response say
-which synthesizer answered (``"synthesizer"``, header ``X-Synthesizer``).
+validation, voices, encoding, errors, readiness) is this same server. rigup selects it only with
+the setting ``voxcpm_test_double_synthesizer`` (off by default); /ready and every audio response
+say which synthesizer answered (``"synthesizer"``, header ``X-Synthesizer``).
 
 Either way the model directory is checked at start: ``config.json`` must say
 ``"architecture": "voxcpm2"`` (how voxcpm 2.0.3 picks VoxCPM2Model); otherwise exit 2.
@@ -526,15 +526,21 @@ def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_backgrou
             raise ApiError(status, why, code=f"model_{state.status}")
 
         started = time.monotonic()
-        try:
-            with generate_lock:
+        with generate_lock:
+            try:
                 audio = mono_float(synthesizer.synthesize(text, reference))
                 rate = synthesizer.sample_rate
-            synthesized = time.monotonic()
+            except Exception as e:
+                log.exception("synthesis failed")
+                raise ApiError(500, f"synthesis failed: {type(e).__name__}: {e}") from None
+        synthesized = time.monotonic()
+        try:
             payload, payload_rate = encode(audio, rate, body.response_format)
-        except Exception as e:
-            log.exception("synthesis failed")
-            raise ApiError(500, f"synthesis failed: {type(e).__name__}: {e}") from None
+        except Exception as e:  # FFmpeg refusing the audio (e.g. a rate no encoder takes)
+            log.exception("encoding as %s failed", body.response_format)
+            raise ApiError(
+                500, f"encoding as {body.response_format} failed: {type(e).__name__}: {e}"
+            ) from None
         return Response(
             payload,
             media_type=FORMATS[body.response_format].media_type,

@@ -458,6 +458,18 @@ def test_synthesis_error_is_a_500_in_openai_shape(model_dir):
     assert r.json()["error"]["type"] == "server_error" and "boom" in r.json()["error"]["message"]
 
 
+def test_encoding_error_is_a_500_naming_the_format(model_dir, monkeypatch):
+    def refuse(*args):
+        raise ValueError("no encoder")
+
+    monkeypatch.setattr(srv, "encode", refuse)
+    r = make_client(model_dir, srv.ToneTestDouble()).post(
+        "/v1/audio/speech", json={"input": "x", "response_format": "opus"}
+    )
+    assert r.status_code == 500
+    assert r.json()["error"]["message"] == "encoding as opus failed: ValueError: no encoder"
+
+
 def test_unknown_path_is_a_json_404(client):
     r = client.get("/v1/audio/transcriptions")
     assert r.status_code == 404 and r.json()["error"]["message"] == "Not Found"

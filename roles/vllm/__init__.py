@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 from io import StringIO
 from pathlib import Path
 from typing import Any
 
+from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.api.exceptions import DeployError
+from pyinfra.facts.files import File
+from pyinfra.operations import files
 
-from roles.common.operations import fingerprint
-from roles.common.service import GpuService, ServiceSpec
+from roles.common.operations import fingerprint, secret_file
+from roles.common.service import GpuService, ServiceSpec, is_loopback
 from roles.model import PlacedModel
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import service_mode
@@ -64,6 +69,10 @@ def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
         ),
         optional_env_files=(
             (
+                "# VLLM_API_KEY (vllm_api_key_env): root-only, read by systemd, never in argv",
+                p.api_key_file,
+            ),
+            (
                 "# NCCL settings and extra vllm flags derived from the verified interconnect "
                 "(rigup-nvlink):\n# NCCL_P2P_LEVEL=NVL over a verified bridge, else "
                 "NCCL_P2P_DISABLE=1 + --disable-custom-all-reduce",
@@ -86,9 +95,28 @@ def vllm(settings, llm: PlacedModel) -> None:
     run says so.
     """
     p = VllmPaths.from_data(settings)
+    key_env = settings.vllm_api_key_env
+    key = os.environ.get(key_env) or None
+    if not (is_loopback(settings.vllm_host) or key or host.get_fact(File, path=p.api_key_file)):
+        raise DeployError(
+            f"vllm_host is {settings.vllm_host}, not loopback, and vLLM has no API key: set "
+            f"${key_env} on the controller (it is stored 0600 on the host, never printed) or "
+            "bind vllm_host to 127.0.0.1 (nothing was changed)"
+        )
     svc = GpuService(settings, service_spec(settings, llm.path))
     svc.account("rigup vLLM service")
     svc.directories(root_owned=(p.root, p.bin, p.etc))
+    files.directory(
+        name=f"Directory {p.secrets_dir}", path=p.secrets_dir, user="root", group="root", mode="700"
+    )
+    svc.track(
+        secret_file(
+            name=f"vLLM API key from ${key_env} (0600)",
+            path=p.api_key_file,
+            secret=f"VLLM_API_KEY={key}\n" if key else None,
+            what=f"vLLM API key (${key_env})",
+        )
+    )
     svc.venv(
         what="vLLM",
         contents=f"vllm {settings.vllm_version} and its dependencies",

@@ -546,17 +546,33 @@ def _mode_state(active: str, services: dict[str, str]) -> dict:
     lines = []
     for target in ("rigup-llm.target", "rigup-media.target"):
         lines.append(f"@target {target} {'active' if target == active else 'inactive'}")
-        lines += [f"@wants {target} {unit} {state}" for unit, state in services.items()
+        lines += [f"@wants {target} {unit} {UNIT_STATES[state]}" for unit, state in services.items()
                   if (unit == "vllm.service") == (target == "rigup-llm.target")]  # fmt: skip
     return {"for t in rigup-llm.target rigup-media.target": lines}
 
 
+#: systemctl's ActiveState/SubState for the states the scenarios name
+UNIT_STATES = {
+    "active": "active/running",
+    "inactive": "inactive/dead",
+    "failed": "failed/failed",
+    "crash-loop": "activating/auto-restart",
+}
+
+
 def _running(*units: str) -> dict:
-    """pyinfra's SystemdStatus answers: each unit active (SubState=running)."""
-    return {
-        re.compile(rf"--property SubState '?{re.escape(u)}"): [f"Id={u}", "SubState=running"]
-        for u in units
-    }
+    """pyinfra's SystemdStatus and rigup's UnitState answers: each unit active and running."""
+    answers = {}
+    for u in units:
+        answers[re.compile(rf"--property SubState '?{re.escape(u)}")] = [
+            f"Id={u}",
+            "SubState=running",
+        ]
+        answers[re.compile(rf"-p ActiveState -p SubState '?{re.escape(u)}")] = [
+            "ActiveState=active",
+            "SubState=running",
+        ]
+    return answers
 
 
 def llm_mode_running():
@@ -565,6 +581,19 @@ def llm_mode_running():
         **_running("vllm.service"),
         **_mode_state(
             "rigup-llm.target", {"vllm.service": "active", "comfyui.service": "inactive"}
+        ),
+        **_converged_nvidia(),
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+    }, {}
+
+
+def llm_mode_crash_loop():
+    """The LLM mode is on but vllm.service crashes and systemd keeps restarting it."""
+    return {
+        **_mode_state(
+            "rigup-llm.target", {"vllm.service": "crash-loop", "comfyui.service": "inactive"}
         ),
         **_converged_nvidia(),
         **_ubuntu_2604(),
@@ -623,6 +652,7 @@ SCENARIOS.update(
         f.__name__: f
         for f in (
             llm_mode_running,
+            llm_mode_crash_loop,
             media_mode_by_user,
             media_oversubscribed,
             llm_oversubscribed,

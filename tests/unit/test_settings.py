@@ -223,3 +223,28 @@ def test_system_directories_are_never_rigup_directories(settings, key, path):
 def test_a_mount_point_stays_a_valid_source_and_backup(settings):
     settings.update(model_local_dirs=["/mnt"], model_backup_dir="/media/backup")
     assert validate(settings) == []
+
+
+def test_prefix_caching_with_mtp_is_refused_on_this_release(settings):
+    settings["vllm_enable_prefix_caching"] = True
+    (problem,) = validate(settings)
+    assert problem.startswith("vllm_enable_prefix_caching: with MTP") and "vllm#43559" in problem
+    settings["vllm_speculative_config"] = None  # MTP off: prefix caching is fine
+    assert validate(settings) == []
+
+
+@pytest.mark.parametrize(
+    "key,value,fragment",
+    [
+        ("vllm_long_prefill_token_threshold", 16384, "must be below vllm_max_num_batched_tokens"),
+        ("vllm_override_generation_config", {"presence_penalty": 1.5}, "ignores presence_penalty"),
+        ("vllm_override_generation_config", {"temperature": "hot"}, "must be numbers"),
+        ("vllm_tool_call_parser", "Qwen3 Coder", "tool-call parser name"),
+        ("vllm_max_num_seqs", 0, "between 1 and 1024"),
+        ("vllm_api_key_env", "VLLM API KEY", "environment variable name"),
+    ],
+)
+def test_bad_serving_default_is_named(settings, key, value, fragment):
+    settings[key] = value
+    (problem,) = validate(settings)
+    assert problem.startswith(f"{key}: ") and fragment in problem, problem

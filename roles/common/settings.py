@@ -311,6 +311,9 @@ RULES: dict[str, Check] = {
     "nvlink_link_gbps": _number(0.0, 1000.0, lo_open=True),
     "nvidia_reboot_allowed": _boolean,
     "nvidia_reboot_timeout_s": _integer(60, 7200),
+    "nvidia_gpu_compute_capability": _matches(
+        re.compile(r"^\d{1,2}\.\d$"), 'a compute capability such as "8.6" (RTX 3090), a string'
+    ),
     # --- VoxCPM2 (issue 4) ---
     "voxcpm_python_version": _matches(
         re.compile(r"^3\.(10|11|12)\.\d+$"),
@@ -520,6 +523,40 @@ def _voxcpm_consistency(data: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+# --- NVIDIA layer: the GPUs' compute capability against what other roles ask of them. These rules
+# belong to the NVIDIA role's own settings module once each role owns its rules.
+
+#: KV cache dtypes that need a minimum compute capability. vLLM's fp8 KV cache on CUDA is FP8
+#: E4M3 ("fp8" = "fp8_e4m3"), which its Triton attention kernels store as Triton's fp8e4nv type:
+#: Ada (8.9) and newer only. On Ampere (RTX 3090: 8.6) vLLM dies at start-up with "type fp8e4nv
+#: not supported in this architecture"; fp8_e5m2 takes the same memory and works there.
+KV_CACHE_MIN_COMPUTE_CAPABILITY = {"fp8": (8, 9), "fp8_e4m3": (8, 9)}
+
+
+def _capability(value: str) -> tuple[int, int]:
+    major, _, minor = value.partition(".")
+    return int(major), int(minor or 0)
+
+
+def nvidia_consistency(values: Mapping[str, Any]) -> list[str]:
+    """NVIDIA layer rules over several keys: the KV cache dtype against the GPUs' compute
+    capability (``nvidia_gpu_compute_capability``). Only called once every key passed its own
+    check."""
+    problems = []
+    capability = values.get("nvidia_gpu_compute_capability")
+    dtype = values.get("vllm_kv_cache_dtype")
+    need = KV_CACHE_MIN_COMPUTE_CAPABILITY.get(dtype)
+    if capability and need and _capability(capability) < need:
+        problems.append(
+            f"vllm_kv_cache_dtype: {dtype} (FP8 E4M3) needs compute capability "
+            f"{need[0]}.{need[1]} or newer and these GPUs are {capability} "
+            '(nvidia_gpu_compute_capability): vLLM would die at start-up with "type fp8e4nv not '
+            'supported in this architecture". Use vllm_kv_cache_dtype = "fp8_e5m2" (the same '
+            "memory; the seed runs it on its RTX 3090s)"
+        )
+    return problems
+
+
 def validate(data: Mapping[str, Any] | Any) -> list[str]:
     """Return every problem with the settings, one ``"key: reason"`` string each ([] when valid).
 
@@ -542,6 +579,7 @@ def validate(data: Mapping[str, Any] | Any) -> list[str]:
     if not problems:
         problems.extend(_consistency(values))
         problems.extend(_voxcpm_consistency(values))
+        problems.extend(nvidia_consistency(values))
         problems.extend(_modes_consistency(values, data))  # issue 4
     return problems
 

@@ -12,9 +12,9 @@ from roles.vllm import vllm
 from roles.voxcpm import voxcpm
 
 base()  # apt baseline, directories, pinned uv
-nvidia()  # driver + CUDA toolkit, persistence + power limit at boot, NVLink verified
+gpu = nvidia()  # driver + CUDA toolkit, persistence + power limit at boot, NVLink verified
 model()  # the LLM checkpoint, placed and patched for text-only serving
-vllm()  # vLLM 0.22.1 venv, flags checked by vLLM's parser, systemd service
-voxcpm()  # VoxCPM2 text-to-speech: CPython 3.12 (uv), locked venv, HTTP server, voxcpm.service
-comfyui()  # ComfyUI at a pinned commit, locked venv, base directory, models, comfyui.service
+vllm(gpu)  # vLLM 0.22.1 venv, flags checked by vLLM's parser, systemd service
+voxcpm(gpu)  # VoxCPM2 text-to-speech: CPython 3.12 (uv), locked venv, HTTP server, voxcpm.service
+comfyui(gpu)  # ComfyUI at a pinned commit, locked venv, base directory, models, comfyui.service
 modes()  # last: rigup-llm/rigup-media targets, rigup-mode, boot mode; starts a mode if none runs

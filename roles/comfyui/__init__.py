@@ -44,6 +44,7 @@ from roles.common.settings import require_valid_settings
 from roles.model import link_model_files, place_model
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import MODES, SERVICE_MODES
+from roles.nvidia.layer import NvidiaLayer
 
 FILES = Path(__file__).resolve().parents[2] / "files"
 UNIT = "comfyui.service"
@@ -146,7 +147,7 @@ def _place_models(data, models_dir: str) -> None:
 
 
 @deploy("ComfyUI")
-def comfyui() -> None:
+def comfyui(nvidia: NvidiaLayer | None = None) -> None:
     """Check out the pinned ComfyUI, build its locked venv, lay out its base directory, check its
     flags with its own parser, place its models and install its unit.
 
@@ -154,6 +155,7 @@ def comfyui() -> None:
     on a host with GPUs and the NVIDIA driver; otherwise it is installed, stopped and disabled,
     and the run says why. Raises ``SettingsError`` before any change on invalid settings (the
     VRAM budget included). Does nothing (and says so) when ``comfyui_install`` is false.
+    ``nvidia``: what roles.nvidia.nvidia returned in this run (None: the host as it is).
     """
     data = host.data
     require_valid_settings(data, host.name)
@@ -290,7 +292,7 @@ def comfyui() -> None:
     mode_unit_state(
         UNIT,
         "ComfyUI",
-        None if data.comfyui_cpu else gpu_hold_back_reason(data),
+        None if data.comfyui_cpu else gpu_hold_back_reason(data, nvidia),
         TARGET,
         "media",
         any_changed(unit, env_file, argv, venv, lock, checkout),

@@ -29,6 +29,7 @@ from pyinfra.operations.util import any_changed
 from roles.common.paths import Paths
 from roles.common.settings import require_valid_settings
 from roles.modes.budget import MODES, SERVICE_MODES, budget_report
+from roles.nvidia.layer import NvidiaLayer, observed_layer
 
 FILES = Path(__file__).resolve().parents[2] / "files"
 UNIT_DIR = "/etc/systemd/system"
@@ -53,21 +54,15 @@ def mode_services(data) -> dict[str, list[str]]:
     }
 
 
-def gpu_hold_back_reason(data) -> str | None:
+def gpu_hold_back_reason(data, nvidia: NvidiaLayer | None = None) -> str | None:
     """Why a GPU service cannot run on the current host, or None when it can.
 
-    It can where :func:`roles.nvidia.driver_usable` says so: the host declares GPUs
-    (``nvidia_gpu_count`` > 0) and has the NVIDIA driver (``nvidia-smi`` on PATH) or gets it in
-    this run. Reads facts, so call it inside a deploy.
+    It can where the NVIDIA layer says the driver is usable: the host declares GPUs
+    (``nvidia_gpu_count`` > 0) and has the NVIDIA driver or gets it in this run (``nvidia``, what
+    roles.nvidia.nvidia returned). Without it (a partial run) the host is looked at as it is:
+    ``nvidia-smi`` on PATH; that reads a fact, so call it inside a deploy.
     """
-    from roles.nvidia import driver_usable
-
-    gpus = data.get("nvidia_gpu_count")
-    if driver_usable(gpus):
-        return None
-    if gpus == 0:
-        return "this host declares no NVIDIA GPUs (nvidia_gpu_count = 0)"
-    return f"it declares {gpus} GPU(s) but has no NVIDIA driver (no nvidia-smi on PATH)"
+    return (nvidia or observed_layer(data)).hold_back_reason
 
 
 class ModeTargets(FactBase):

@@ -26,7 +26,7 @@ from roles.common.settings import require_valid_settings
 from roles.common.urls import local_probe_url
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import MODES, SERVICE_MODES
-from roles.nvidia import NvidiaPaths, cuda_env
+from roles.nvidia.layer import NvidiaLayer, observed_layer
 from roles.vllm.flags import exec_start, serve_args, service_env
 
 FILES = Path(__file__).resolve().parents[2] / "files"
@@ -44,16 +44,18 @@ def health_url(data) -> str:
 
 
 @deploy("vLLM")
-def vllm() -> None:
+def vllm(nvidia: NvidiaLayer | None = None) -> None:
     """Build the locked venv, check the flags and the checkpoint with vLLM, install the unit.
 
     On a host that declares GPUs (``nvidia_gpu_count`` > 0) and has the NVIDIA driver the service
     is linked into ``rigup-llm.target`` (started with the LLM mode by roles/modes) and restarted,
     when running, if its inputs change. Elsewhere it is installed, stopped and disabled, and the
-    run says so. Raises ``SettingsError`` before any change on invalid settings.
+    run says so. ``nvidia``: what roles.nvidia.nvidia returned in this run (None in a partial
+    run: the host as it is). Raises ``SettingsError`` before any change on invalid settings.
     """
     data = host.data
     require_valid_settings(data, host.name)
+    layer = nvidia or observed_layer(data)
     p = Paths.from_data(data)
     user = data.vllm_user
 
@@ -151,7 +153,7 @@ def vllm() -> None:
         user="root",
         group=user,
         mode="640",
-        env=service_env(data, p.vllm_home, cuda_env(data)),
+        env=service_env(data, p.vllm_home, layer.cuda_env),
     )
     unit = files.template(
         name=f"Unit {UNIT}",
@@ -168,7 +170,7 @@ def vllm() -> None:
         health_url=health_url(data),
         start_timeout_s=data.vllm_start_timeout_s,
         target=TARGET,
-        interconnect_env=NvidiaPaths.from_data(data).interconnect_env,
+        interconnect_env=layer.interconnect_env,
     )
     systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
 
@@ -178,7 +180,7 @@ def vllm() -> None:
     mode_unit_state(
         UNIT,
         "vLLM",
-        gpu_hold_back_reason(data),
+        gpu_hold_back_reason(data, layer),
         TARGET,
         "llm",
         any_changed(unit, env_file, argv, venv, lock),

@@ -25,7 +25,7 @@ from roles.common.paths import Paths
 from roles.common.service import mode_unit_state, service_account
 from roles.common.settings import require_valid_settings
 from roles.model import place_model
-from roles.nvidia import driver_usable
+from roles.nvidia.layer import NvidiaLayer, observed_layer
 from roles.voxcpm.python import PythonVersion, managed_python_installed
 from roles.voxcpm.service import (
     MEDIA_TARGET,
@@ -44,13 +44,14 @@ FILES = REPO / "files" / "voxcpm"
 
 
 @deploy("VoxCPM2")
-def voxcpm() -> None:
+def voxcpm(nvidia: NvidiaLayer | None = None) -> None:
     """Interpreter, locked venv, model, server and unit; start it where it can run.
 
     The service runs with the test double selected (``voxcpm_test_double_synthesizer``), or on
     a host that declares GPUs and has the NVIDIA driver; otherwise it is installed, stopped and
     disabled, and the run says why. Raises ``SettingsError`` before any change on invalid
     settings, ``DeployError`` when the model is neither placed nor available to place.
+    ``nvidia``: what roles.nvidia.nvidia returned in this run (None: the host as it is).
     """
     data = host.data
     require_valid_settings(data, host.name)
@@ -145,7 +146,7 @@ def voxcpm() -> None:
     )
     systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
 
-    blocker = start_decision(data, driver_usable(data.nvidia_gpu_count))
+    blocker = start_decision(data, (nvidia or observed_layer(data)).driver_usable)
     if blocker is None and data.voxcpm_test_double_synthesizer:
         logger.warning(
             f"[{host.name}] VoxCPM2: voxcpm_test_double_synthesizer is on: {UNIT} serves a "

@@ -151,16 +151,10 @@ def signatures(source: str) -> list[Signature]:
     return [s for s in SIGNATURES if s.source == source]
 
 
-def by_id(sig_id: str) -> Signature:
+def by_id(sig_id: str, source: str | None = None) -> Signature:
+    """The signature ``sig_id`` (of ``source``: one diagnosis may be read from several)."""
     for sig in SIGNATURES:
-        if sig.id == sig_id:
-            return sig
-    raise KeyError(sig_id)
-
-
-def by_id_source(sig_id: str, source: str) -> Signature:
-    for sig in signatures(source):
-        if sig.id == sig_id:
+        if sig.id == sig_id and source in (None, sig.source):
             return sig
     raise KeyError(sig_id)
 
@@ -201,9 +195,7 @@ def classify_lines(source: str, text: str | None) -> tuple[list[Verdict], list[s
         else:
             unrecognised.append(line)
     # a line that only completes a recognised one (its context: "NVML library version: 580.95")
-    contexts = [
-        _compiled(p) for v in found.values() for p in by_id_source(v.id, source).context.values()
-    ]
+    contexts = [_compiled(p) for v in found.values() for p in by_id(v.id, source).context.values()]
     unrecognised = [line for line in unrecognised if not any(c.search(line) for c in contexts)]
     return list(found.values()), unrecognised
 
@@ -488,8 +480,7 @@ def classify_nvidia_smi(
     text = "\n".join(lines)
     verdicts, unrecognised = classify_lines("nvidia-smi", text)
     explained = any(
-        v.severity == FAIL or exit_code in by_id_source(v.id, "nvidia-smi").exit_codes
-        for v in verdicts
+        v.severity == FAIL or exit_code in by_id(v.id, "nvidia-smi").exit_codes for v in verdicts
     )
     if exit_code and not explained:
         by_exit = classify_exit("nvidia-smi", exit_code, unrecognised)

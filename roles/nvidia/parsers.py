@@ -584,6 +584,8 @@ DRIVER_STATE_COMMAND = (
     'echo "reboot_required=$(test -f /var/run/reboot-required && echo 1 || echo 0)"; '
     'echo "nvidia_smi=$(command -v nvidia-smi)"; '
     "mokutil --sb-state 2>&1 | sed 's/^/secure_boot=/'; "
+    "mok=/var/lib/shim-signed/mok/MOK.der; test -f $mok && "
+    "mokutil --test-key $mok 2>&1 | head -n1 | sed 's/^/mok=/'; "
     'echo "efi=$(test -d /sys/firmware/efi && echo 1 || echo 0)"; '
     "e=/sys/firmware/efi/efivars; g=8be4df61-93ca-11d2-aa0d-e98c0e1d93e9; "
     "echo \"sb_var=$(od -An -tu1 $e/SecureBoot-$g 2>/dev/null | awk '{print $NF}')\"; "
@@ -635,7 +637,8 @@ def parse_driver_state(lines: list[str]) -> dict:
     None, "nouveau_loaded": bool, "nouveau_blacklisted": bool, "reboot_required": bool,
     "nvidia_smi": path | None, "secure_boot": True (enforced) | False | None (unknown),
     "secure_boot_state": "enforced" | "shim-validation-disabled" | "setup-mode" | "disabled" |
-    "no-efi" | "unsupported" | "unknown", "secure_boot_note": one sentence, "gpu_drivers":
+    "no-efi" | "unsupported" | "unknown", "secure_boot_note": one sentence, "mok_enrolled": the
+    Machine Owner Key DKMS signs with is enrolled (True / False / None: no key), "gpu_drivers":
     [driver bound to each NVIDIA GPU on the PCI bus, None when unbound], "gpu_addresses": [...],
     "packages": [installed driver packages], "dkms": [DkmsEntry], "dkms_logs": [make.log paths],
     "dkms_output": [DKMS error lines], "kernel_log": [NVIDIA kernel log lines of this boot]}``.
@@ -677,6 +680,8 @@ def parse_driver_state(lines: list[str]) -> dict:
         "secure_boot": sb.enforced,
         "secure_boot_state": sb.state,
         "secure_boot_note": str(sb.verdict),
+        # the key DKMS signs with (Ubuntu's update-secureboot-policy): "is already enrolled"
+        "mok_enrolled": None if "mok" not in values else "already enrolled" in values["mok"],
         "gpu_addresses": [g[0] for g in gpus],
         "gpu_drivers": [None if len(g) < 2 or g[1] == "-" else g[1] for g in gpus],
         "packages": [p.strip() for p in multi["package"] if p.strip()],

@@ -185,13 +185,19 @@ def driver_preflight(
             )
 
     sb_state = state.get("secure_boot_state")
-    if state.get("secure_boot") and path == "nvidia-repo":
+    signed = bool(state.get("loaded")) or state.get("mok_enrolled") is True
+    if state.get("secure_boot") and path == "nvidia-repo" and not signed:
         problems.append(
             "Secure Boot is enabled and the nvidia-repo path builds unsigned modules with DKMS, "
             "which the kernel rejects. Either set nvidia_install_path = 'ubuntu' (Canonical's "
             "signed prebuilt modules), or enroll a Machine Owner Key first: `update-secureboot-"
             "policy --new-key`, `mokutil --import /var/lib/shim-signed/mok/MOK.der` (choose a "
             "one-time password), reboot, enroll it in MokManager, then converge again"
+        )
+    elif state.get("secure_boot") and path == "nvidia-repo":
+        warnings.append(
+            "note: Secure Boot is enforced; DKMS signs the NVIDIA modules with the enrolled "
+            "Machine Owner Key (/var/lib/shim-signed/mok/MOK.der)"
         )
     elif sb_state in ("shim-validation-disabled", "setup-mode"):
         warnings.append(f"note: {state.get('secure_boot_note')}")

@@ -243,11 +243,44 @@ def test_other_branch_refused():
     assert "another driver branch is installed (nvidia-driver-570-open)" in problems[0]
 
 
+FRESH = {**STATE, "loaded": None, "installed": None, "userspace": None}
+
+
+def fresh_preflight(settings, state):
+    """A box with no NVIDIA driver yet, on the NVIDIA repository path unless ``settings`` say."""
+    return preflight(
+        {"nvidia_install_path": "nvidia-repo", **settings},
+        pci=[{**g, "driver": None} for g in PCI],
+        state=state,
+        smi=None,
+        links=None,
+        kernel_packages=None,
+    )
+
+
 def test_secure_boot_only_blocks_the_unsigned_path():
     sb = {**STATE, "secure_boot": True, "secure_boot_state": "enforced"}
     assert preflight(state=sb) == ([], [])
-    problems, _ = preflight({"nvidia_install_path": "nvidia-repo"}, state=sb, kernel_packages=None)
+    problems, _ = fresh_preflight({}, {**FRESH, "secure_boot": True})
     assert "Secure Boot is enabled" in problems[0] and "mokutil --import" in problems[0]
+    # a driver that is loaded under Secure Boot is signed with an enrolled key: no refusal
+    assert (
+        preflight({"nvidia_install_path": "nvidia-repo"}, state=sb, kernel_packages=None)[0] == []
+    )
+
+
+def test_secure_boot_with_the_mok_enrolled_goes_ahead():
+    """After the enrollment steps the refusal gives, the next converge proceeds (the key DKMS
+    signs with is enrolled: `mokutil --test-key` says "is already enrolled")."""
+    lines = [
+        "secure_boot=SecureBoot enabled",
+        "mok=/var/lib/shim-signed/mok/MOK.der is not enrolled",
+    ]
+    state = {**FRESH, **{k: v for k, v in parse_driver_state(lines).items() if k != "kernel"}}
+    assert state["mok_enrolled"] is False
+    assert "Secure Boot is enabled" in fresh_preflight({}, state)[0][0]
+    problems, warnings = fresh_preflight({}, {**state, "mok_enrolled": True})
+    assert problems == [] and "enrolled Machine Owner Key" in warnings[0]
 
 
 @pytest.mark.parametrize(
@@ -266,10 +299,8 @@ def test_secure_boot_states_on_the_repository_path(fixture, refused):
     """Field report: "SecureBoot enabled" + "SecureBoot validation is disabled in shim" was read
     as enforced and the NVIDIA-repo path refused. The whole output decides."""
     state_lines = [f"secure_boot={line}" for line in block(fixture).lines]
-    state = {**STATE, **{k: v for k, v in parse_driver_state(state_lines).items() if "secure" in k}}
-    problems, warnings = preflight(
-        {"nvidia_install_path": "nvidia-repo"}, state=state, kernel_packages=None
-    )
+    state = {**FRESH, **{k: v for k, v in parse_driver_state(state_lines).items() if "secure" in k}}
+    problems, warnings = fresh_preflight({}, state)
     assert bool(problems) is refused, problems
     if fixture.endswith(("shim-validation-disabled.txt", "setup-mode.txt")):
         assert warnings[0].startswith("note: Secure Boot is") and "not enforced" in warnings[0]

@@ -1,20 +1,25 @@
 """The whole rig, one component a line: `pyinfra inventory/rig.py deploys/full.py`.
 
-Each line also exists as its own deploy file (deploys/<component>.py) for partial runs.
+The settings are checked once per host, before any change; each component gets them, and what
+an earlier one made (the model store, the placed LLM) is handed to the next. Each component also
+has its own deploy file (deploys/<component>.py) for partial runs.
 """
 
 from roles.base import base
-from roles.comfyui import comfyui  # issue 4
-from roles.model import model
-from roles.modes import modes  # issue 4
+from roles.comfyui import comfyui
+from roles.model import model, model_store
+from roles.modes import modes
 from roles.nvidia import nvidia
+from roles.settings import host_settings
 from roles.vllm import vllm
 from roles.voxcpm import voxcpm
 
-base()  # apt baseline, directories, pinned uv
-gpu = nvidia()  # driver + CUDA toolkit, persistence + power limit at boot, NVLink verified
-model()  # the LLM checkpoint, placed and patched for text-only serving
-vllm(gpu)  # vLLM 0.22.1 venv, flags checked by vLLM's parser, systemd service
-voxcpm(gpu)  # VoxCPM2 text-to-speech: CPython 3.12 (uv), locked venv, HTTP server, voxcpm.service
-comfyui(gpu)  # ComfyUI at a pinned commit, locked venv, base directory, models, comfyui.service
-modes()  # last: rigup-llm/rigup-media targets, rigup-mode, boot mode; starts a mode if none runs
+settings = host_settings()  # every key checked (types, ranges, VRAM budget) before any change
+base(settings)  # apt baseline, directories, pinned uv, the services' readiness wait
+gpu = nvidia(settings)  # driver + CUDA toolkit, persistence + power limit at boot, NVLink verified
+store = model_store(settings)  # the model tool (huggingface_hub, modelscope) and token files
+llm = model(settings, store)  # the LLM checkpoint, placed verified and set up for text-only serving
+vllm(settings, llm, gpu)  # vLLM 0.22.1 venv, flags and checkpoint checked by vLLM, vllm.service
+voxcpm(settings, store, gpu)  # VoxCPM2: CPython 3.12 (uv), locked venv, model, voxcpm.service
+comfyui(settings, store, gpu)  # ComfyUI at a pinned commit, locked venv, models, comfyui.service
+modes(settings)  # last: rigup-llm/rigup-media targets, rigup-mode, boot mode; starts a mode

@@ -1,5 +1,8 @@
-"""Partial run of one component: `pyinfra inventory/rig.py deploys/model.py`."""
+"""Partial run of one component: `pyinfra inventory/rig.py deploys/model.py` (the model tool
+and the LLM checkpoint)."""
 
-from roles.model import model
+from roles.model import model, model_store
+from roles.settings import host_settings
 
-model()
+settings = host_settings()
+model(settings, model_store(settings))

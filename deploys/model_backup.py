@@ -5,6 +5,8 @@ model_backup_dir, verified against the sha256 recorded at placement; models alre
 skipped. Restore = add that directory to model_local_dirs (README, "Rebuild after a disk failure").
 """
 
-from roles.model import model_backup
+from roles.model import model_backup, model_store
+from roles.settings import host_settings
 
-model_backup()
+settings = host_settings()
+model_backup(settings, model_store(settings))

@@ -1,6 +1,6 @@
-"""Partial run of one component: `pyinfra inventory/rig.py deploys/modes.py` (mode targets,
-`rigup-mode`, the boot mode; starts a mode when none is running)."""
+"""Partial run of one component: `pyinfra inventory/rig.py deploys/modes.py`."""
 
 from roles.modes import modes
+from roles.settings import host_settings
 
-modes()
+modes(host_settings())

@@ -7,14 +7,14 @@ on the CPU from a git mirror pushed in the same way (when the controller has one
 mode.
 """
 
-from lab.machine import LabConfig
-from lab.scenario import (
+from lab.comfyui_lab import (
     LAB_COMFYUI_MIRROR,
     comfyui_mirror,
     lab_comfyui_commit,
     lab_comfyui_port,
 )
-from lab.voxcpm_lab import LAB_PYTHON_VERSION, PYTHON_DOWNLOADS_JSON  # issue 4: VoxCPM2
+from lab.config import LabConfig
+from lab.voxcpm_lab import LAB_PYTHON_VERSION, PYTHON_DOWNLOADS_JSON
 
 _cfg = LabConfig.from_env()
 _comfyui_commit = lab_comfyui_commit(_cfg)
@@ -30,7 +30,7 @@ lab = [
             "ssh_known_hosts_file": str(_cfg.known_hosts),
             "ssh_strict_host_key_checking": "yes",
             "nvidia_gpu_count": 0,  # no GPU in the lab: services installed, not started
-            # --- VoxCPM2 (issue 4), lab/voxcpm_lab.py: no GitHub, no Hugging Face here ---
+            # --- VoxCPM2 (lab/voxcpm_lab.py): the lab gets no GitHub and no Hugging Face ---
             # CPython 3.11.2 from Debian 12's packages, installed by the same `uv python install`
             "voxcpm_python_version": LAB_PYTHON_VERSION,
             "voxcpm_python_downloads_json": PYTHON_DOWNLOADS_JSON,
@@ -38,7 +38,7 @@ lab = [
             "voxcpm_test_double_synthesizer": True,
             # labs share this machine's network: each lab's service gets a port of its own
             "voxcpm_port": _cfg.ssh_port + 10000,
-            # --- issue 4: ComfyUI on the CPU from the pushed git mirror, media mode at boot ---
+            # --- ComfyUI on the CPU from the pushed git mirror, media mode at boot ---
             # Without a mirror on the controller ($RIGUP_COMFYUI_MIRROR) ComfyUI is left out and
             # its tests skip, saying so; the mode targets are converged and switched either way.
             "comfyui_install": comfyui_mirror() is not None,

@@ -1,6 +1,6 @@
 """Command line of the lab machine: ``python -m lab {up,stop,destroy,status,ssh,push,converge}``.
 
-Settings come from ``RIGUP_LAB_*`` environment variables (see :class:`lab.machine.LabConfig`).
+Settings come from ``RIGUP_LAB_*`` environment variables (see :class:`lab.config.LabConfig`).
 Errors the user can act on print one paragraph and exit 2, without a traceback.
 """
 
@@ -12,7 +12,11 @@ import sys
 import time
 from pathlib import Path
 
-from lab.machine import LabConfig, LabError, LabMachine, ssh_argv
+from lab import comfyui_lab, voxcpm_lab
+from lab.config import LabConfig, LabError
+from lab.machine import LabMachine
+from lab.render import ssh_argv
+from lab.step import StepResult
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,15 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def converge(machine: LabMachine) -> int:
     """README's main job on the lab: the scenario without destroy. Returns 0 when all passed."""
-    from lab import scenario
+    from lab import scenario  # here, not above: it builds the test checkpoint with numpy
 
     started = time.monotonic()
     machine.up()
-    up = scenario.StepResult("create/up", 0, time.monotonic() - started)
-    steps = [up, scenario.seed_mirror(machine), scenario.seed_comfyui_mirror(machine)]
-    from lab import voxcpm_lab  # issue 4: VoxCPM2's CPython build and model stand-in
-
-    steps.append(voxcpm_lab.seed(machine))
+    up = StepResult("create/up", 0, time.monotonic() - started)
+    steps = [up, scenario.seed_mirror(machine), comfyui_lab.seed(machine), voxcpm_lab.seed(machine)]
     steps.append(scenario.converge())
     if steps[-1].ok:
         steps.append(scenario.idempotence())
@@ -65,9 +66,7 @@ def converge(machine: LabMachine) -> int:
             print(steps[-1].detail["output"], file=sys.stderr)
     else:
         skipped = "not run: the converge failed (its error is above)"
-        steps += [
-            scenario.StepResult(n, -1, 0.0, {"skipped": skipped}) for n in ("idempotence", "verify")
-        ]
+        steps += [StepResult(n, -1, 0.0, {"skipped": skipped}) for n in ("idempotence", "verify")]
     print(scenario.format_summary(steps, machine))
     return 0 if all(s.ok for s in steps) else 1
 

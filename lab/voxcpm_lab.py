@@ -1,4 +1,4 @@
-"""What the lab machine needs for the VoxCPM2 role (issue 4), in place of what it cannot reach.
+"""What the lab machine needs for the VoxCPM2 role, in place of what it cannot reach.
 
 1. A CPython 3.11 build for ``uv python install``. The rig gets python-build-standalone from
    GitHub (uv's default); the lab reaches no GitHub, so it gets an archive in the same layout
@@ -21,6 +21,7 @@ import shlex
 import time
 
 from lab.machine import LabMachine
+from lab.step import StepResult
 
 #: Where the lab keeps its CPython builds for uv (inventory/lab.py points the role here).
 PYTHON_MIRROR = "/srv/mirror/python"
@@ -87,13 +88,9 @@ mv {PYTHON_DOWNLOADS_JSON}.tmp {PYTHON_DOWNLOADS_JSON}
 """
 
 
-def seed(machine: LabMachine):
-    """Build the CPython archive + download list and the VoxCPM2 stand-in in the machine.
-
-    Returns a ``lab.scenario.StepResult`` named "seed voxcpm".
-    """
-    from lab.scenario import StepResult
-
+def seed(machine: LabMachine) -> StepResult:
+    """Build the CPython archive + download list and the VoxCPM2 stand-in in the machine (the
+    step "seed voxcpm")."""
     started = time.monotonic()
     machine.ssh(python_mirror_script(machine.cfg.mirror), timeout=600)
     config = shlex.quote(json.dumps(STAND_IN_CONFIG, indent=2))

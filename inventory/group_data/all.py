@@ -4,9 +4,10 @@ This is the one file users edit. Every value applies to every host; an inventory
 any of them per host (inventory/lab.py does, for the lab machine). Each line names its source:
   seed      = the rig owner's measured recipe (2x RTX 3090 + NVLink bridge, Ubuntu 26.04)
   vLLM docs = docs.vllm.ai / `vllm serve --help` of the pinned release
-  measured  = measured by rigup (figures in the closing notes of the issue that added the line)
+  measured  = measured by rigup (docs/ and benchmarks/ hold the figures and how)
 Settings are validated (types, ranges, consistency) before any change on a host:
-roles/common/settings.py holds the rules, and a bad value stops the run with an error naming it.
+each role holds the rules of its keys (roles/<role>/settings.py), roles/settings.py the rules
+that span roles; a bad value stops the run with an error naming it.
 """
 
 # --- Hardware the inventory declares ------------------------------------------------------------
@@ -95,7 +96,7 @@ vllm_extra_args = []  # more `vllm serve` flags, checked by vLLM's own parser li
 vllm_start_timeout_s = 1800  # model load + torch.compile + CUDA graphs: 3090 owners report 5-15 min
 vllm_env = {}  # extra environment for the service (e.g. {"VLLM_LOGGING_LEVEL": "DEBUG"})
 
-# --- Models (issue 5): manifests, sources, store, backup -----------------------------------------
+# --- Models: manifests, sources, store, backup -----------------------------------------
 # Every model (the LLM, ComfyUI's, VoxCPM2's) is described by a manifest in files/model/manifests/
 # (format: docs/models.md) and placed in <model_store_dir>/<name>/<revision>, verified (size,
 # sha256) and renamed into place; a placed revision is never overwritten or deleted.
@@ -120,10 +121,11 @@ model_replace_mismatched = False  # True: replace placed files that do not match
 model_backup_dir = ""  # deploys/model_backup.py copies the store here (a backup disk, a NAS)
 model_tool_python = "python3"  # interpreter of the model tool venv (huggingface_hub >= 3.9)
 
-# --- VoxCPM2 text-to-speech (issue 4) -----------------------------------------------------------
+# --- VoxCPM2 text-to-speech -----------------------------------------------------------
 # voxcpm 2.0.3 supports Python 3.10-3.12 (its README: "Python >= 3.10 (<3.13)"); Ubuntu 26.04's
 # python3 is 3.14. rigup installs CPython with uv's managed Python (python-build-standalone
 # builds; uv 0.13.9 pins each version's build and sha256) into <rigup_prefix>/python. docs/voxcpm.md
+voxcpm_install = True  # False leaves VoxCPM2 off this host (and out of the VRAM budget)
 voxcpm_python_version = "3.12.16"  # uv 0.13.9: cpython-3.12.16+20261110; must be 3.10.x-3.12.x
 # Where uv fetches that CPython from. "" = uv's default (GitHub releases of python-build-standalone).
 # Behind a firewall: a URL or file:// directory laid out like those releases (UV_PYTHON_INSTALL_MIRROR)
@@ -131,12 +133,12 @@ voxcpm_python_install_mirror = ""
 # A JSON list of CPython builds of your own (UV_PYTHON_DOWNLOADS_JSON_URL; path or URL on the
 # target), used instead of uv's built-in list; "" = uv's list. The lab uses one (inventory/lab.py).
 voxcpm_python_downloads_json = ""
-voxcpm_version = "2.0.3"  # issue 4; files/voxcpm/requirements.lock pins it and every dependency
+voxcpm_version = "2.0.3"  # files/voxcpm/requirements.lock pins it and every dependency
 voxcpm_user = "voxcpm"  # non-root service user
 voxcpm_host = "127.0.0.1"  # loopback by default: put a reverse proxy or SSH tunnel in front
 voxcpm_port = 8100  # rigup's choice (vLLM has 8000, ComfyUI 8188)
 voxcpm_served_model_name = "voxcpm2"  # the "model" clients send to /v1/audio/speech
-voxcpm_model_manifest = "voxcpm2"  # files/model/manifests/voxcpm2.toml (model placement, issue 5)
+voxcpm_model_manifest = "voxcpm2"  # files/model/manifests/voxcpm2.toml
 voxcpm_gpu_index = 1  # CUDA device the service sees (CUDA_VISIBLE_DEVICES); ComfyUI gets GPU 0
 # GiB of VRAM the service takes on its GPU: voxcpm 2.0.3 README "VRAM ~8 GB" for VoxCPM2 (RTX
 # 4090; 8 GB = 7.45 GiB) plus ~0.5 GiB CUDA context, rounded up. Read by the mode VRAM budget.
@@ -149,7 +151,7 @@ voxcpm_start_timeout_s = 900  # model load + torch.compile warm-up
 # model or a GPU, such as the lab). Reported by /ready, every response and testinfra. Keep False.
 voxcpm_test_double_synthesizer = False
 
-# --- GPU modes and VRAM budget (issue 4) ----------------------------------------------------------
+# --- GPU modes and VRAM budget ----------------------------------------------------------
 # vLLM at TP=2 fills both cards, so the rig runs one mode at a time: "llm" (rigup-llm.target:
 # vllm.service) or "media" (rigup-media.target: comfyui.service, voxcpm.service). This is the mode
 # at boot and after a fresh deploy; switch at any time with `rigup-mode llm|media`.
@@ -159,7 +161,7 @@ nvidia_gpu_vram_gib = 24.0  # RTX 3090: 24 GiB (24576 MiB) per card (NVIDIA spec
 # seed: 23.4 GB in use per card with vllm_gpu_memory_utilization 0.94 (0.94 x 24 = 22.6 GiB)
 cuda_context_gib = 0.8
 
-# --- ComfyUI (issue 4) ------------------------------------------------------------------------------
+# --- ComfyUI ------------------------------------------------------------------------------
 comfyui_install = True  # False leaves ComfyUI off this host (and out of the VRAM budget)
 # Source: a git URL, or an absolute path to a git mirror on the host (firewalled rigs, the lab).
 comfyui_git_url = "https://github.com/comfyanonymous/ComfyUI.git"
@@ -186,6 +188,12 @@ comfyui_extra_args = []  # more flags, checked by the pinned ComfyUI's own parse
 comfyui_start_timeout_s = 600  # import of torch + custom nodes until GET /system_stats answers
 comfyui_env = {}  # extra environment for the service
 # Model manifests placed in the store and linked into comfyui_base_dir/models/<folder>:
-# "flux2-dev" (files/model/manifests/flux2-dev.toml) and "ltx-2.3" (four manifests, see
-# roles/comfyui COMFYUI_MODEL_SETS); any manifest name or absolute .toml path works too.
-comfyui_models = ["flux2-dev", "ltx-2.3"]
+# manifest names (files/model/manifests/<name>.toml) or absolute .toml paths.
+comfyui_models = [
+    "flux2-dev",  # FLUX.2 Dev (black-forest-labs/FLUX.2-dev)
+    # LTX-2.3 needs files from four Hugging Face repositories, one manifest each:
+    "ltx-2.3-22b-dev-fp8",
+    "ltx-2.3-spatial-upscaler",
+    "ltx-2.3-distilled-lora",
+    "ltx-2-gemma-3-12b",
+]

@@ -13,22 +13,21 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, server
 
 from roles.common.facts import UvVersion
-from roles.common.paths import Paths
+from roles.common.paths import Layout
 from roles.common.preflight import require_supported_host
-from roles.common.settings import require_valid_settings
+from roles.common.service import install_wait_ready
 
 
 @deploy("rigup base")
-def base() -> None:
-    """Apt baseline, directories and uv ``uv_version`` in its own venv at ``<prefix>/uv``.
+def base(settings) -> None:
+    """Apt baseline, directories, uv ``uv_version`` in its own venv at ``<prefix>/uv`` and the
+    services' readiness wait ``<prefix>/bin/wait-ready``.
 
-    Raises ``SettingsError`` / ``DeployError`` before any change when the settings are invalid or
-    the host is not a Debian/Ubuntu with systemd.
+    Raises ``DeployError`` before any change when the host is not a Debian/Ubuntu with systemd.
     """
-    data = host.data
-    require_valid_settings(data, host.name)
+    data = settings
     require_supported_host()
-    p = Paths.from_data(data)
+    p = Layout.from_data(data)
 
     apt.update(name="Refresh apt lists (at most daily)", cache_time=24 * 3600)
     apt.packages(name="Install the apt baseline", packages=list(data.base_apt_packages))
@@ -55,3 +54,5 @@ def base() -> None:
                 f"--disable-pip-version-check -q uv=={data.uv_version}",
             ],
         )
+
+    install_wait_ready(settings)

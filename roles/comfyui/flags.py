@@ -10,45 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from roles.comfyui.paths import ComfyuiPaths
+from roles.common.service import exec_line
 from roles.common.urls import local_probe_url
-from roles.vllm.flags import systemd_quote
-
-
-def comfyui_dirs(data: Mapping[str, Any] | Any) -> dict[str, str]:
-    """Absolute paths of ComfyUI's pieces: ``{"src", "venv", "python", "lock", "scripts", "etc",
-    "env_file", "args_file", "home", "base", "database", "unit"}``.
-
-    ``src`` is the git checkout (root-owned, read-only to the service); ``base`` is
-    ``--base-directory`` (models, custom_nodes, input, output, user and ComfyUI's own temp;
-    owned by the service user); ``home`` holds caches (torch, Hugging Face) outside the user's tree.
-    """
-    prefix = str(data.get("rigup_prefix")).rstrip("/")
-    etc = str(data.get("rigup_etc_dir")).rstrip("/")
-    state = str(data.get("rigup_state_dir")).rstrip("/")
-    base = str(data.get("comfyui_base_dir")).rstrip("/")
-    root = f"{prefix}/comfyui"
-    return {
-        "root": root,
-        "src": f"{root}/src",
-        "venv": f"{root}/venv",
-        "python": f"{root}/venv/bin/python",
-        "lock": f"{root}/requirements.lock",
-        "scripts": f"{root}/bin",
-        "etc": f"{etc}/comfyui",
-        "env_file": f"{etc}/comfyui/comfyui.env",
-        "args_file": f"{etc}/comfyui/main-args.json",
-        "home": f"{state}/comfyui",
-        "base": base,
-        "database": f"{base}/user/comfyui.db",
-        "unit": "/etc/systemd/system/comfyui.service",
-    }
-
-
-#: Sub-directories of --base-directory that ComfyUI reads and writes (folder_paths.py of the
-#: pinned release). rigup creates them and never touches what is inside. temp/ is left to
-#: ComfyUI: main.py deletes it at exit and creates it at start (cleanup_temp), so managing it
-#: would make every deploy outside the media mode re-create it (measured in the lab).
-BASE_SUBDIRS = ("models", "custom_nodes", "input", "output", "user")
 
 
 def main_args(data: Mapping[str, Any] | Any) -> list[str]:
@@ -61,12 +25,12 @@ def main_args(data: Mapping[str, Any] | Any) -> list[str]:
     (ComfyUI multiplies it by 1024**3). ``--database-url`` moves ComfyUI's SQLite file out of the
     read-only checkout (its default is ``<checkout>/user/comfyui.db``).
     """
-    d = comfyui_dirs(data)
+    d = ComfyuiPaths.from_data(data)
     args = [
         "--listen", str(data.get("comfyui_host")),
         "--port", str(data.get("comfyui_port")),
-        "--base-directory", d["base"],
-        "--database-url", f"sqlite:///{d['database']}",
+        "--base-directory", d.base,
+        "--database-url", f"sqlite:///{d.database}",
         "--disable-auto-launch",
     ]  # fmt: skip
     if data.get("comfyui_cpu"):
@@ -83,7 +47,7 @@ def main_args(data: Mapping[str, Any] | Any) -> list[str]:
 def service_env(data: Mapping[str, Any] | Any) -> dict[str, str]:
     """Environment of comfyui.service (a 0640 env file). Caches live in the service user's home;
     Hugging Face is read offline; no telemetry (ComfyUI sets DO_NOT_TRACK itself as well)."""
-    home = comfyui_dirs(data)["home"]
+    home = ComfyuiPaths.from_data(data).home
     env = {
         "HOME": home,
         "HF_HOME": f"{home}/huggingface",
@@ -103,9 +67,8 @@ def service_env(data: Mapping[str, Any] | Any) -> dict[str, str]:
 
 def exec_start(data: Mapping[str, Any] | Any) -> str:
     """The ``ExecStart=`` value: ``<venv>/bin/python <checkout>/main.py <args...>``, quoted."""
-    d = comfyui_dirs(data)
-    words = [d["python"], f"{d['src']}/main.py", *main_args(data)]
-    return " ".join(systemd_quote(w) for w in words)
+    d = ComfyuiPaths.from_data(data)
+    return exec_line([d.python, f"{d.src}/main.py", *main_args(data)])
 
 
 def system_stats_url(data: Mapping[str, Any] | Any) -> str:

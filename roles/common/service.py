@@ -1,63 +1,292 @@
-"""What every rigup GPU service role does the same way: its service account, and whether its unit
-runs on this host (vLLM, VoxCPM2, ...). Call these inside a ``@deploy``."""
+"""The skeleton every rigup GPU service role runs (vLLM, ComfyUI, VoxCPM2).
+
+A role describes what differs in a :class:`ServiceSpec` and calls the steps of
+:class:`GpuService` in its ``@deploy``: the service account, its directories, a locked venv,
+files and checks, then :meth:`GpuService.install` renders the one env file template and the one
+hardened unit template (files/common/service.env.j2, files/common/service.unit.j2), reloads
+systemd when a unit changed and puts the unit in its state: linked into its GPU mode's target
+where it can run and restarted, when running, if anything it runs changed; elsewhere installed,
+stopped and disabled with the reason printed.
+
+Every operation that changes what the service runs is tracked (as chatmail's ``Deployer`` tracks
+``need_restart``), so no role keeps its own ``any_changed(...)`` list.
+"""
 
 from __future__ import annotations
 
+import shlex
+from dataclasses import dataclass, field
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
 from pyinfra import host, logger
+from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, server, systemd
+from pyinfra.operations.util import any_changed
+
+from roles.common.operations import check_passes
+from roles.common.paths import Layout
+from roles.common.urls import local_probe_url
+from roles.common.venv import LockedVenv, locked_venv
+
+FILES = Path(__file__).resolve().parents[2] / "files" / "common"
+UNIT_DIR = "/etc/systemd/system"
+#: Jinja options for rigup's templates: a block tag on its own line leaves no blank line.
+JINJA = {"trim_blocks": True, "lstrip_blocks": True}
 
 
-def service_account(user: str, home: str, comment: str) -> None:
-    """System user ``user`` (no login, group ``video`` for /dev/nvidia*) with its home ``home``
-    (0750) and ``home/tmp`` (0700), both owned by it."""
-    server.user(
-        name=f"Service user {user}",
-        user=user,
-        system=True,
-        home=home,
-        shell="/usr/sbin/nologin",
-        groups=["video"],
-        comment=comment,
-    )
-    files.directory(name=f"Directory {home}", path=home, user=user, group=user, mode="750")
-    files.directory(
-        name=f"Directory {home}/tmp", path=f"{home}/tmp", user=user, group=user, mode="700"
-    )
+def systemd_quote(arg: str) -> str:
+    """Quote one argument for a systemd ``ExecStart=`` line (systemd.service(5), "Command lines").
 
-
-def mode_unit_state(
-    unit: str,
-    component: str,
-    blocker: str | None,
-    target: str,
-    mode: str,
-    restart_if,
-    relink_if=None,
-    installed: str = "installed",
-    hint: str = "",
-) -> None:
-    """State of a service that belongs to a GPU mode (roles/modes).
-
-    Where it can run (``blocker`` None) the unit is enabled, i.e. linked into ``target``, and
-    left to the mode to start: the modes deploy starts the boot mode when none runs, and
-    ``rigup-mode`` switches. Here it is only restarted if it is running and ``restart_if`` fires
-    (a pyinfra ``any_changed(...)``), and re-linked when ``relink_if`` fires (its [Install]
-    section may have changed). Otherwise it is installed, stopped and disabled, and the run says
-    why: "<component>: <blocker>: <unit> is <installed> but not started ... <hint>".
+    Double-quoted, with backslash and double quote escaped, ``%`` doubled (specifier) and ``$``
+    doubled (variable expansion), so the service receives exactly ``arg``.
     """
+    if arg and all(c.isalnum() or c in "-_./:=,+@" for c in arg):
+        return arg
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def exec_line(words: list[str]) -> str:
+    """An ``ExecStart=`` value from argv words, each :func:`systemd_quote`-d."""
+    return " ".join(systemd_quote(w) for w in words)
+
+
+def is_loopback(address: str) -> bool:
+    """True for an address only this host reaches (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a host name: may resolve anywhere
+        return False
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """What one GPU service is; everything else is the same for all of them.
+
+    + unit: ``vllm.service``; role: ``roles/vllm`` (named in managed files); component: "vLLM"
+    + mode, target: the GPU mode that runs it and that mode's systemd target (roles/modes)
+    + user, home: the service account and its home (state, caches; always writable)
+    + env_file, env: the 0640 environment file and its variables
+    + description, documentation: the unit's [Unit] texts
+    + exec_start: the ``ExecStart=`` value (:func:`exec_line`)
+    + bind, port, ready_path: where it listens; readiness is ``GET <ready_path>`` answering 200
+      (from this unit's process when ``ready_pid_key`` names the JSON field holding its pid)
+    + start_timeout_s: seconds for ``systemctl start`` (model load included)
+    + read_write_paths: more writable directories; working_directory: default ``home``
+    + requires (with requires_comment): more units it needs and orders after
+    + optional_env_files: ``(comment, path)`` of environment files that may be absent
+    """
+
+    unit: str
+    role: str
+    component: str
+    mode: str
+    target: str
+    user: str
+    home: str
+    env_file: str
+    env: dict[str, str]
+    description: str
+    documentation: str
+    exec_start: str
+    bind: str
+    port: int
+    ready_path: str
+    start_timeout_s: int
+    ready_pid_key: str = ""
+    read_write_paths: tuple[str, ...] = ()
+    working_directory: str = ""
+    requires: tuple[str, ...] = ()
+    requires_comment: str = ""
+    optional_env_files: tuple[tuple[str, str], ...] = ()
+    stop_timeout_s: int = 60
+    restart_sec: int = 10
+
+    @property
+    def ready_url(self) -> str:
+        """The readiness URL as probed from the host itself."""
+        return local_probe_url(self.bind, self.port, self.ready_path)
+
+    @property
+    def unit_path(self) -> str:
+        return f"{UNIT_DIR}/{self.unit}"
+
+
+@dataclass
+class GpuService:
+    """The steps of a GPU service role, in order; call them inside the role's ``@deploy``.
+
+    + settings: the host's checked settings; spec: the :class:`ServiceSpec`
+    + changes: operations whose change means the running service must restart (tracked by the
+      steps; a role adds its own with :meth:`track`)
+    """
+
+    settings: Any
+    spec: ServiceSpec
+    changes: list[OperationMeta] = field(default_factory=list)
+    software: list[OperationMeta] = field(default_factory=list)
+
+    @property
+    def layout(self) -> Layout:
+        return Layout.from_data(self.settings)
+
+    def track(self, *ops: OperationMeta, software: bool = False) -> None:
+        """Restart the running service when any of ``ops`` changed; ``software``: they change
+        what is installed, so the on-host checks run again too."""
+        self.changes.extend(ops)
+        if software:
+            self.software.extend(ops)
+
+    def account(self, comment: str) -> None:
+        """System user (no login, group ``video`` for /dev/nvidia*) with its home (0750) and
+        ``home/tmp`` (0700), both owned by it."""
+        user, home = self.spec.user, self.spec.home
+        server.user(
+            name=f"Service user {user}",
+            user=user,
+            system=True,
+            home=home,
+            shell="/usr/sbin/nologin",
+            groups=["video"],
+            comment=comment,
+        )
+        files.directory(name=f"Directory {home}", path=home, user=user, group=user, mode="750")
+        files.directory(
+            name=f"Directory {home}/tmp", path=f"{home}/tmp", user=user, group=user, mode="700"
+        )
+
+    def directories(
+        self, root_owned: tuple[str, ...] = (), owned: tuple[tuple[str, str], ...] = ()
+    ):
+        """``root_owned`` directories (0755, the software's) and ``owned`` ``(path, mode)``
+        directories of the service user (its data). Never their content."""
+        for path in root_owned:
+            files.directory(
+                name=f"Directory {path}", path=path, user="root", group="root", mode="755"
+            )
+        user = self.spec.user
+        for path, mode in owned:
+            files.directory(name=f"Directory {path}", path=path, user=user, group=user, mode=mode)
+
+    def venv(self, *, what: str, contents: str, lock_src: Path, lock: str, venv: str, python: str):
+        """The service's locked venv (:func:`roles.common.venv.locked_venv`), tracked."""
+        built: LockedVenv = locked_venv(
+            self.settings,
+            what=what,
+            contents=contents,
+            lock_src=lock_src,
+            lock=lock,
+            venv=venv,
+            python=python,
+        )
+        self.track(built.lock, built.venv, software=True)
+        return built
+
+    def put(self, name: str, src: Path | StringIO, dest: str, mode: str = "644"):
+        """A root-owned file the service runs or reads (a script, its argv JSON), tracked."""
+        op = files.put(
+            name=name, src=src if isinstance(src, StringIO) else str(src), dest=dest, mode=mode
+        )
+        self.track(op)
+        return op
+
+    def check(self, name: str, command: str, stamp: str, key: str, what: str):
+        """An on-host check that must pass (:func:`roles.common.operations.check_passes`);
+        it runs again when ``key`` changes and after the software changed."""
+        if self.software:
+            files.file(
+                name=f"Forget {stamp} (venv rebuilt)",
+                path=stamp,
+                present=False,
+                _if=any_changed(*self.software),
+            )
+        return check_passes(name=name, command=command, stamp=stamp, key=key, what=what)
+
+    def as_user(self, **env: str) -> str:
+        """``runuser -u <user> -- env HOME=... TMPDIR=... K=V`` prefix for a check that must see
+        what the service sees (its permissions, offline hubs)."""
+        home = self.spec.home
+        words = [f"HOME={home}", f"TMPDIR={home}/tmp", *(f"{k}={v}" for k, v in env.items())]
+        return f"runuser -u {shlex.quote(self.spec.user)} -- env " + " ".join(
+            shlex.quote(w) for w in words
+        )
+
+    def install(self, blocker: str | None, hint: str = "") -> OperationMeta:
+        """Env file, unit, daemon-reload, and the unit's state in its GPU mode.
+
+        ``blocker`` None: the service can run here; it is linked into its mode's target (the
+        modes deploy starts it with that mode) and restarted, when running, if anything tracked
+        changed. Otherwise it is installed, stopped and disabled, and the run says why:
+        "<component>: <blocker>: <unit> is installed and checked but not started ... <hint>".
+        Returns the unit file's operation.
+        """
+        s = self.spec
+        target = s.target
+        env_file = files.template(
+            name=f"{s.component} environment file",
+            src=str(FILES / "service.env.j2"),
+            dest=s.env_file,
+            user="root",
+            group=s.user,
+            mode="640",
+            role=s.role,
+            unit=s.unit,
+            env=s.env,
+            jinja_env_kwargs=dict(JINJA),
+        )
+        unit = files.template(
+            name=f"Unit {s.unit}",
+            src=str(FILES / "service.unit.j2"),
+            dest=s.unit_path,
+            mode="644",
+            s=s,
+            target=target,
+            after_extra="".join(f" {u}" for u in s.requires),
+            pid_key=f" {s.ready_pid_key}" if s.ready_pid_key else "",
+            writable=[s.home, *s.read_write_paths],
+            wait_ready=f"{self.layout.prefix}/bin/wait-ready",
+            loopback_only=is_loopback(s.bind),
+            jinja_env_kwargs=dict(JINJA),
+        )
+        systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
+        self.track(env_file, unit)
+        mode_unit_state(s, target, blocker, any_changed(*self.changes), unit, hint)
+        return unit
+
+
+def install_wait_ready(settings: Any) -> OperationMeta:
+    """``<prefix>/bin/wait-ready``, the readiness wait of every service unit (ExecStartPost=)."""
+    prefix = Layout.from_data(settings).prefix
+    files.directory(name=f"Directory {prefix}/bin", path=f"{prefix}/bin", mode="755")
+    return files.put(
+        name="Script wait-ready (service readiness)",
+        src=str(FILES / "wait-ready"),
+        dest=f"{prefix}/bin/wait-ready",
+        mode="755",
+    )
+
+
+def mode_unit_state(spec: ServiceSpec, target: str, blocker, restart_if, unit_op, hint="") -> None:
+    """State of a service in its GPU mode (roles/modes); see :meth:`GpuService.install`."""
+    unit = spec.unit
     if blocker is None:
         systemd.service(
-            name=f"{unit} enabled in {target} (runs in the {mode} mode)",
+            name=f"{unit} enabled in {target} (runs in the {spec.mode} mode)",
             service=unit,
             running=None,
             enabled=True,
         )
-        if relink_if is not None:
-            server.shell(
-                name=f"Re-link {unit} into {target} (its [Install] section may have changed)",
-                commands=[f"systemctl reenable {unit}"],
-                _if=relink_if,
-            )
+        server.shell(
+            name=f"Re-link {unit} into {target} (its [Install] section may have changed)",
+            commands=[f"systemctl reenable {unit}"],
+            _if=unit_op.did_change,
+        )
         systemd.service(
             name=f"Restart {unit} if running (its inputs changed)",
             service=unit,
@@ -67,8 +296,8 @@ def mode_unit_state(
         )
         return
     logger.warning(
-        f"[{host.name}] {component}: {blocker}: {unit} is {installed} but not started "
-        f"(kept stopped and out of {target}{'; ' + hint if hint else ''})."
+        f"[{host.name}] {spec.component}: {blocker}: {unit} is installed and checked but not "
+        f"started (kept stopped and out of {target}{'; ' + hint if hint else ''})."
     )
     systemd.service(
         name=f"{unit} installed, not started (no GPUs or no driver)",

@@ -1,5 +1,5 @@
 """Model manifests: what a model is (repository, pinned revision, files with size and sha256) and
-where its files go. Format: /work/notes/manifest-format.md, docs/models.md (format = 1).
+where its files go. Format: docs/models.md (format = 1).
 
 Manifests live in ``files/model/manifests/<name>.toml``. :func:`load_manifest` reads and
 validates one; every problem is reported at once as a :class:`ManifestError` (a pyinfra

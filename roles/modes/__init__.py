@@ -26,10 +26,9 @@ from pyinfra.api import FactBase, deploy, operation
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
-from roles.common.paths import Paths
-from roles.common.settings import require_valid_settings
+from roles.common.paths import Layout
 from roles.modes.budget import MODES, SERVICE_MODES, budget_report
-from roles.nvidia.layer import NvidiaLayer, observed_layer
+from roles.nvidia.layer import NvidiaLayer, driver_usable, hold_back_reason, observed_layer
 
 FILES = Path(__file__).resolve().parents[2] / "files"
 UNIT_DIR = "/etc/systemd/system"
@@ -40,28 +39,33 @@ COMMAND_LINK = "/usr/local/sbin/rigup-mode"
 def mode_services(data) -> dict[str, list[str]]:
     """Services installed on this host per mode: ``{"llm": ["vllm.service"], "media": [...]}``.
 
-    ComfyUI counts when ``comfyui_install`` is true, VoxCPM2 when its settings exist
-    (``voxcpm_vram_gib``) and ``voxcpm_install`` is not false.
+    ComfyUI counts when ``comfyui_install`` is true, VoxCPM2 when ``voxcpm_install`` is.
     """
     installed = {
         "vllm.service": True,
         "comfyui.service": bool(data.get("comfyui_install")),
-        "voxcpm.service": data.get("voxcpm_vram_gib") is not None
-        and data.get("voxcpm_install") is not False,
+        "voxcpm.service": bool(data.get("voxcpm_install")),
     }
     return {
         mode: [s for s, m in SERVICE_MODES.items() if m == mode and installed[s]] for mode in MODES
     }
 
 
-def gpu_hold_back_reason(data, nvidia: NvidiaLayer | None = None) -> str | None:
-    """Why a GPU service cannot run on the current host, or None when it can.
+def gpu_blocker(data, has_driver: bool) -> str | None:
+    """Why a GPU service cannot run on a host, or None when it can: the one answer every GPU
+    service role and testinfra use. Pure.
 
-    It can where the NVIDIA layer says the driver is usable: the host declares GPUs
-    (``nvidia_gpu_count`` > 0) and has the NVIDIA driver or gets it in this run (``nvidia``, what
-    roles.nvidia.nvidia returned). Without it (a partial run) the host is looked at as it is:
-    ``nvidia-smi`` on PATH; that reads a fact, so call it inside a deploy.
+    It can when the host declares GPUs (``nvidia_gpu_count`` > 0) and ``has_driver`` (the NVIDIA
+    driver is there, or this run installs it).
     """
+    gpus = data.get("nvidia_gpu_count")
+    return hold_back_reason(gpus, driver_usable(gpus, has_driver))
+
+
+def gpu_hold_back_reason(data, nvidia: NvidiaLayer | None = None) -> str | None:
+    """:func:`gpu_blocker` for the current host: from ``nvidia``, what roles.nvidia.nvidia
+    returned in this run (the driver there or planned), or, in a partial run without it, from
+    the host as it is (``nvidia-smi`` on PATH: reads a fact, so call it inside a deploy)."""
     return (nvidia or observed_layer(data)).hold_back_reason
 
 
@@ -131,14 +135,13 @@ def mode_active(default_target: str, targets: list[str]):
 
 
 @deploy("GPU modes")
-def modes() -> None:
+def modes(settings) -> None:
     """Install both mode targets and ``rigup-mode``, make ``rigup_mode`` the boot mode, and keep
     a mode running. Runs after the service roles (deploys/full.py), which link each service into
-    its target where it can run. Raises ``SettingsError`` (VRAM budget included) before any
-    change."""
-    data = host.data
-    require_valid_settings(data, host.name)
-    p = Paths.from_data(data)
+    its target where it can run. The budget was checked with the settings
+    (roles.settings.host_settings); it is printed here."""
+    data = settings
+    p = Layout.from_data(data)
     for mode, lines in budget_report(data).items():
         for line in lines or ["no GPU services"]:
             logger.info(f"[{host.name}] VRAM budget, {mode} mode: {line}")

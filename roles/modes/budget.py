@@ -17,7 +17,7 @@ What each service takes on a GPU, in GiB (2**30 bytes), from its settings:
   minus that reserve; nothing runs on CPU (``comfyui_cpu``) counts. Another service on the same
   GPU must fit inside the reserve.
 - VoxCPM2, on GPU ``voxcpm_gpu_index``: ``voxcpm_vram_gib`` (the VoxCPM2 role's estimate of
-  all it takes, CUDA context included). Read with defaults, so this works before that role lands.
+  all it takes, CUDA context included); nothing when ``voxcpm_install`` is False.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """nvidia: driver + CUDA toolkit, persistence mode and power limit at boot, NVLink verification.
 
 Settings: the ``nvidia_*``, ``nvlink_*`` and ``cuda_toolkit_version`` keys of
-inventory/group_data/all.py. Where things live:
+inventory/group_data/all.py (rules in settings.py). Where things live:
 
+- settings.py    the rules of the layer's keys
 - paths.py       where the layer puts things on the host (NvidiaPaths), its units, cuda_env
 - facts.py       what the host says (PCI, driver state, packages, nvidia-smi, kernel, units)
 - parsers.py     reading nvidia-smi and friends; installed on the host as rigup_nvidia.py
@@ -21,7 +22,6 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.server import Which
 
-from roles.common.settings import require_valid_settings
 from roles.nvidia.driver import nvidia_driver
 from roles.nvidia.layer import NvidiaLayer, driver_usable, observed_layer
 from roles.nvidia.nvlink import nvlink, nvlink_config
@@ -46,15 +46,14 @@ __all__ = [
 
 
 @deploy("NVIDIA layer")
-def nvidia() -> NvidiaLayer:
-    """The whole NVIDIA layer, in order; returns what the deploys after it need."""
-    data = host.data
-    require_valid_settings(data, host.name)
-    tools = install_tools(NvidiaPaths.from_data(data))  # scripts + rigup_nvidia, rigup_diagnosis
-    planned = nvidia_driver(tools)  # refuses before any change; installs, holds, reboots
-    cuda_toolkit()  # CUDA 13.0 from NVIDIA's wheels, locked; needs no GPU
+def nvidia(settings) -> NvidiaLayer:
+    """The whole NVIDIA layer, in order, for a host whose ``settings`` were checked
+    (roles.settings.host_settings); returns what the deploys after it need."""
+    tools = install_tools(NvidiaPaths.from_data(settings))  # scripts, rigup_nvidia, rigup_diagnosis
+    planned = nvidia_driver(settings, tools)  # refuses before any change; installs, holds, reboots
+    cuda_toolkit(settings)  # CUDA 13.0 from NVIDIA's wheels, locked; needs no GPU
     has_driver = bool(host.get_fact(Which, command="nvidia-smi"))
-    layer = NvidiaLayer.of(data, has_driver=has_driver, planned=planned)
-    gpu_power(tools, layer.driver_usable)  # persistence mode + power limit at every boot
-    nvlink(tools, layer.driver_usable)  # NVLink verified at every boot; vLLM's NCCL environment
+    layer = NvidiaLayer.of(settings, has_driver=has_driver, planned=planned)
+    gpu_power(settings, tools, layer.driver_usable)  # persistence mode + power limit at every boot
+    nvlink(settings, tools, layer.driver_usable)  # NVLink verified at boot; vLLM's NCCL env
     return layer

@@ -32,16 +32,15 @@ from roles.nvidia.tools import NvidiaTools
 
 
 @deploy("NVIDIA driver")
-def nvidia_driver(tools: NvidiaTools) -> bool:
+def nvidia_driver(settings, tools: NvidiaTools) -> bool:
     """Install and hold the driver of ``nvidia_install_path``/``nvidia_driver_branch``,
     blacklist nouveau, reboot when the driver needs it, verify it after (rigup-nvidia-diagnose).
 
     Returns whether this run plans the driver (False on a host that declares no GPUs). Raises
     ``DeployError`` before any change for every problem :func:`driver_preflight` finds.
     """
-    data = host.data
-    np = NvidiaPaths.from_data(data)
-    if data.nvidia_gpu_count == 0:
+    np = NvidiaPaths.from_data(settings)
+    if settings.nvidia_gpu_count == 0:
         logger.info(f"[{host.name}] NVIDIA driver: the host declares no GPUs; nothing to install")
         return False
 
@@ -53,13 +52,15 @@ def nvidia_driver(tools: NvidiaTools) -> bool:
     kernel_packages = host.get_fact(KernelPackages) or {}
     units = host.get_fact(SystemdUnits, units=list(BOOT_UNITS)) or {}
     problems, warnings = driver_preflight(
-        data, pci, state, packages, smi, interconnect, kernel_packages, units
+        settings, pci, state, packages, smi, interconnect, kernel_packages, units
     )
     is_local = host.name.startswith("@local")
     reboot_reasons = [w for w in warnings if "reboots the host" in w]
     if state.get("reboot_required"):
         reboot_reasons.append("the system asks for a reboot (/var/run/reboot-required)")
-    refusal = reboot_refusal(reboot_reasons, is_local=is_local, allowed=data.nvidia_reboot_allowed)
+    refusal = reboot_refusal(
+        reboot_reasons, is_local=is_local, allowed=settings.nvidia_reboot_allowed
+    )
     if refusal:
         problems.append(refusal)
     if problems:
@@ -69,8 +70,8 @@ def nvidia_driver(tools: NvidiaTools) -> bool:
         logger.warning(f"[{host.name}] NVIDIA: {warning}")
 
     flavour = kernel_flavour(state.get("kernel", ""), kernel_packages.get("packages") or {})
-    wanted = driver_packages(data, flavour)
-    held_kernel = kernel_hold(data, flavour)
+    wanted = driver_packages(settings, flavour)
+    held_kernel = kernel_hold(settings, flavour)
 
     apt.packages(
         name="NVIDIA prerequisites (pciutils, mokutil, kmod, initramfs-tools)",
@@ -88,22 +89,22 @@ def nvidia_driver(tools: NvidiaTools) -> bool:
         _if=blacklist.did_change,
     )
 
-    if data.nvidia_install_path == "nvidia-repo":
-        keyring = f"{np.cache}/{data.nvidia_cuda_keyring_deb}"
+    if settings.nvidia_install_path == "nvidia-repo":
+        keyring = f"{np.cache}/{settings.nvidia_cuda_keyring_deb}"
         files.directory(name=f"Directory {np.cache}", path=np.cache, mode="755")
         download = files.download(
-            name=f"Download {data.nvidia_cuda_keyring_deb} (sha256 pinned)",
-            src=f"{data.nvidia_cuda_repo_url}/{data.nvidia_cuda_keyring_deb}",
+            name=f"Download {settings.nvidia_cuda_keyring_deb} (sha256 pinned)",
+            src=f"{settings.nvidia_cuda_repo_url}/{settings.nvidia_cuda_keyring_deb}",
             dest=keyring,
-            sha256sum=data.nvidia_cuda_keyring_sha256,
+            sha256sum=settings.nvidia_cuda_keyring_sha256,
         )
         deb = apt.deb(name="Install cuda-keyring (NVIDIA's CUDA repository)", src=keyring)
         pin = files.template(
-            name=f"Hold NVIDIA's repository to driver branch {data.nvidia_driver_branch}",
+            name=f"Hold NVIDIA's repository to driver branch {settings.nvidia_driver_branch}",
             src=str(FILES / "nvidia-driver-pin.j2"),
             dest="/etc/apt/preferences.d/rigup-nvidia-driver",
             mode="644",
-            branch=data.nvidia_driver_branch,
+            branch=settings.nvidia_driver_branch,
         )
         apt.update(
             name="Refresh apt lists (NVIDIA repository added)",
@@ -141,7 +142,7 @@ def nvidia_driver(tools: NvidiaTools) -> bool:
     def reboot_needed() -> bool:
         return static or install.did_change() or initramfs.did_change()
 
-    if is_local or not data.nvidia_reboot_allowed:
+    if is_local or not settings.nvidia_reboot_allowed:
         python.call(
             name="Stop: a reboot is needed to load the driver",
             function=refuse,
@@ -161,7 +162,7 @@ def nvidia_driver(tools: NvidiaTools) -> bool:
             name="Reboot to load the NVIDIA driver",
             delay=5,
             interval=10,
-            reboot_timeout=data.nvidia_reboot_timeout_s,
+            reboot_timeout=settings.nvidia_reboot_timeout_s,
             _if=reboot_needed,
         )
     changed = any_changed(install, initramfs, *tools.changed("rigup-nvidia-diagnose"))

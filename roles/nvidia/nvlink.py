@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
@@ -16,25 +15,24 @@ from roles.nvidia.tools import NvidiaTools
 from roles.nvidia.units import boot_unit, held_back, json_config
 
 
-def nvlink_config(data: Any) -> dict:
+def nvlink_config(settings: Any) -> dict:
     """What rigup-nvlink reads: ``{"gpu_count": 2, "expected_links": 4 (per GPU),
     "required": True}``."""
     return {
-        "gpu_count": data.get("nvidia_gpu_count"),
-        "expected_links": data.get("nvlink_expected_links"),
-        "required": data.get("nvlink_required"),
+        "gpu_count": settings.get("nvidia_gpu_count"),
+        "expected_links": settings.get("nvlink_expected_links"),
+        "required": settings.get("nvlink_required"),
     }
 
 
 @deploy("NVLink")
-def nvlink(tools: NvidiaTools, usable: bool) -> None:
+def nvlink(settings, tools: NvidiaTools, usable: bool) -> None:
     """``rigup-nvlink.service``: at boot, before vLLM, verify the links and P2P and write the
     interconnect environment vLLM reads (P2P over NVLink, or P2P and custom all-reduce off).
     With ``nvlink_required`` an unverified bridge keeps vLLM down. Started only where
     ``usable``."""
-    data = host.data
-    np = NvidiaPaths.from_data(data)
-    config = json_config("NVLink expectations", np.nvlink_config, nvlink_config(data))
+    np = NvidiaPaths.from_data(settings)
+    config = json_config("NVLink expectations", np.nvlink_config, nvlink_config(settings))
     unit = files.template(
         name=f"Unit {NVLINK_UNIT}",
         src=str(FILES / "rigup-nvlink.service.j2"),
@@ -53,4 +51,4 @@ def nvlink(tools: NvidiaTools, usable: bool) -> None:
             any_changed(config, unit, *tools.changed("rigup-nvlink")),
         )
     else:
-        held_back(NVLINK_UNIT, data.nvidia_gpu_count)
+        held_back(NVLINK_UNIT, settings.nvidia_gpu_count)

@@ -39,7 +39,7 @@ def driver_held(prefixes: tuple[str, ...], extra: tuple[str, ...] = ()):
     packages = host.get_fact(NvidiaPackages) or {}
     installed = set(packages.get("installed", {}))
     kernel = set((host.get_fact(KernelPackages) or {}).get("packages") or {})
-    want = sorted(n for n in installed if n.startswith(prefixes)) + sorted(
+    want = sorted(n for n in installed if n.startswith(tuple(prefixes))) + sorted(
         n for n in extra if n in kernel
     )
     missing = [n for n in want if n not in set(packages.get("held", []))]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from roles.common.paths import Paths
+from roles.common.paths import Layout
 
 #: rigup's files for this layer on the controller (scripts, unit templates, locks)
 FILES = Path(__file__).resolve().parents[2] / "files" / "nvidia"
@@ -41,7 +41,7 @@ class NvidiaPaths:
 
     @classmethod
     def from_data(cls, data: Any) -> NvidiaPaths:
-        p = Paths.from_data(data)
+        p = Layout.from_data(data)
         major_minor = ".".join(str(data.get("cuda_toolkit_version")).split(".")[:2])
         cuda_root = f"{p.prefix}/cuda-{major_minor}"
         return cls(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
@@ -16,30 +15,29 @@ from roles.nvidia.tools import NvidiaTools
 from roles.nvidia.units import boot_unit, held_back, json_config
 
 
-def power_config(data: Any) -> dict:
+def power_config(settings: Any) -> dict:
     """What rigup-gpu-power reads: ``{"gpu_count": 2, "power_limit_w": 290 | None (card
     default), "persistence_mode": True}``."""
     return {
-        "gpu_count": data.get("nvidia_gpu_count"),
-        "power_limit_w": data.get("nvidia_power_limit_w"),
-        "persistence_mode": data.get("nvidia_persistence_mode"),
+        "gpu_count": settings.get("nvidia_gpu_count"),
+        "power_limit_w": settings.get("nvidia_power_limit_w"),
+        "persistence_mode": settings.get("nvidia_persistence_mode"),
     }
 
 
 @deploy("GPU power and persistence")
-def gpu_power(tools: NvidiaTools, usable: bool) -> None:
+def gpu_power(settings, tools: NvidiaTools, usable: bool) -> None:
     """Persistence mode at boot (nvidia-persistenced drop-in) and ``rigup-gpu-power.service``,
     a oneshot after it that applies ``nvidia_power_limit_w`` to each GPU by UUID, reads it back
     and fails on any difference. Started only where ``usable`` (GPUs and driver)."""
-    data = host.data
-    np = NvidiaPaths.from_data(data)
-    config = json_config("Power limit configuration", np.power_config, power_config(data))
+    np = NvidiaPaths.from_data(settings)
+    config = json_config("Power limit configuration", np.power_config, power_config(settings))
     dropin = files.template(
         name="nvidia-persistenced with persistence mode (drop-in)",
         src=str(FILES / "persistenced-rigup.conf.j2"),
         dest="/etc/systemd/system/nvidia-persistenced.service.d/rigup-persistence.conf",
         mode="644",
-        persistence=data.nvidia_persistence_mode,
+        persistence=settings.nvidia_persistence_mode,
     )
     unit = files.template(
         name=f"Unit {POWER_UNIT}",
@@ -64,4 +62,4 @@ def gpu_power(tools: NvidiaTools, usable: bool) -> None:
             any_changed(config, unit, dropin, *tools.changed("rigup-gpu-power")),
         )
     else:
-        held_back(POWER_UNIT, data.nvidia_gpu_count)
+        held_back(POWER_UNIT, settings.nvidia_gpu_count)

@@ -4,42 +4,32 @@ from __future__ import annotations
 
 from io import StringIO
 
-from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files
 
-from roles.common.operations import uv_venv_synced
-from roles.common.paths import Paths
+from roles.common.venv import locked_venv
 from roles.nvidia.operations import cuda_home_linked
 from roles.nvidia.paths import FILES, NvidiaPaths, cuda_env
 
 
 @deploy("CUDA toolkit")
-def cuda_toolkit() -> None:
+def cuda_toolkit(settings) -> None:
     """CUDA toolkit ``cuda_toolkit_version`` (NVIDIA's PyPI wheels, locked) at
     ``<prefix>/cuda-<major.minor>/home``, on PATH for service users through :func:`cuda_env` and
     for login shells through /etc/profile.d/rigup-cuda.sh."""
-    data = host.data
-    p = Paths.from_data(data)
-    np = NvidiaPaths.from_data(data)
+    np = NvidiaPaths.from_data(settings)
     files.directory(name=f"Directory {np.cuda_root}", path=np.cuda_root, mode="755")
-    files.put(
-        name="CUDA toolkit lock file",
-        src=str(FILES / "cuda-toolkit.lock"),
-        dest=np.cuda_lock,
-        mode="644",
-    )
-    uv_venv_synced(
-        name=f"CUDA toolkit {data.cuda_toolkit_version} venv (uv, locked)",
-        venv=np.cuda_venv,
+    locked_venv(
+        settings,
+        what="CUDA toolkit",
+        contents=f"cuda-toolkit {settings.cuda_toolkit_version} wheels",
+        lock_src=FILES / "cuda-toolkit.lock",
         lock=np.cuda_lock,
+        venv=np.cuda_venv,
         python="python3",
-        uv=p.uv,
-        cache_dir=p.uv_cache,
-        tmp_dir=p.tmp,
     )
     cuda_home_linked(name=f"CUDA_HOME {np.cuda_home}", venv=np.cuda_venv, home=np.cuda_home)
-    env = cuda_env(data)
+    env = cuda_env(settings)
     files.put(
         name="CUDA toolkit on PATH for login shells",
         src=StringIO(

@@ -11,11 +11,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from roles.common.paths import model_dir
+from roles.common.service import exec_line
+from roles.common.urls import local_probe_url
 
 
-def serve_args(data: Mapping[str, Any] | Any) -> list[str]:
-    """Arguments that follow ``vllm serve``, in a stable order.
+def serve_args(data: Mapping[str, Any] | Any, model_dir: str) -> list[str]:
+    """Arguments that follow ``vllm serve`` for the checkpoint at ``model_dir``, in a stable order.
 
     Shape: ``[model_dir, "--served-model-name", name, "--host", h, "--port", "8000", ...]``. Units:
     ``--max-model-len`` and ``--max-num-batched-tokens`` in tokens, ``--block-size`` in tokens per
@@ -23,7 +24,7 @@ def serve_args(data: Mapping[str, Any] | Any) -> list[str]:
     config is compact JSON (``{"method":"mtp","num_speculative_tokens":3}``), as the seed used it.
     """
     args = [
-        model_dir(data),
+        model_dir,
         "--served-model-name", str(data.get("vllm_served_model_name")),
         "--host", str(data.get("vllm_host")),
         "--port", str(data.get("vllm_port")),
@@ -72,18 +73,13 @@ def service_env(
     return env
 
 
-def systemd_quote(arg: str) -> str:
-    """Quote one argument for a systemd ``ExecStart=`` line (systemd.service(5), "Command lines").
-
-    Double-quoted, with backslash and double quote escaped, ``%`` doubled (specifier) and ``$``
-    doubled (variable expansion), so the service receives exactly ``arg``.
-    """
-    if arg and all(c.isalnum() or c in "-_./:=,+@" for c in arg):
-        return arg
-    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
-    return f'"{escaped}"'
+def exec_start(venv: str, args: list[str]) -> str:
+    """The ``ExecStart=`` value: ``<venv>/bin/vllm serve <args...>``, each argument quoted, then
+    ``$RIGUP_VLLM_INTERCONNECT_ARGS`` (flags rigup-nvlink derives from the verified
+    interconnect; systemd splits the variable into words)."""
+    return exec_line([f"{venv}/bin/vllm", "serve", *args]) + " $RIGUP_VLLM_INTERCONNECT_ARGS"
 
 
-def exec_start(binary: str, args: list[str]) -> str:
-    """The ``ExecStart=`` value: ``<venv>/bin/vllm serve <args...>``, each argument systemd-quoted."""
-    return " ".join([systemd_quote(binary), "serve", *(systemd_quote(a) for a in args)])
+def health_url(data: Mapping[str, Any] | Any, path: str = "/health") -> str:
+    """URL of vLLM's ``path`` (``/health``, ``/metrics``, ``/v1/models``) as seen from the host."""
+    return local_probe_url(str(data.get("vllm_host")), data.get("vllm_port"), path)

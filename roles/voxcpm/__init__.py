@@ -1,73 +1,101 @@
 """voxcpm: VoxCPM2 text-to-speech as a hardened systemd service with an OpenAI-style API.
 
-Settings: every ``voxcpm_*`` key in inventory/group_data/all.py, plus nvidia_gpu_count,
-model_store_dir and the rigup_* layout. What it converges:
+Settings: every ``voxcpm_*`` key (rules in roles/voxcpm/settings.py). What it converges:
 
 - CPython ``voxcpm_python_version`` (3.10-3.12: voxcpm 2.0.3's range) installed by uv's managed
   Python into ``<rigup_prefix>/python`` (roles/voxcpm/python.py, docs/voxcpm.md);
 - the venv from files/voxcpm/requirements.lock (voxcpm==2.0.3 and every dependency, hashed);
 - the VoxCPM2 checkpoint placed from its manifest (files/model/manifests/voxcpm2.toml);
 - rigup's HTTP server (files/voxcpm/voxcpm_server.py), its env file (0640) and
-  ``voxcpm.service`` (hardened, loopback by default, PartOf= the media mode target).
+  ``voxcpm.service`` (hardened, loopback by default, part of the media mode).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.server import Arch
-from pyinfra.operations import files, systemd
-from pyinfra.operations.util import any_changed
+from pyinfra.operations import files
 
-from roles.common.operations import uv_venv_synced
-from roles.common.paths import Paths
-from roles.common.service import mode_unit_state, service_account
-from roles.common.settings import require_valid_settings
-from roles.model import place_model
-from roles.nvidia.layer import NvidiaLayer, observed_layer
+from roles.common.paths import Layout
+from roles.common.service import GpuService, ServiceSpec
+from roles.model import ModelStore
+from roles.modes import gpu_hold_back_reason
+from roles.modes.budget import MODES, SERVICE_MODES
+from roles.nvidia.layer import NvidiaLayer
+from roles.voxcpm.paths import UNIT, VoxcpmPaths
 from roles.voxcpm.python import PythonVersion, managed_python_installed
-from roles.voxcpm.service import (
-    MEDIA_TARGET,
-    REPO,
-    UNIT,
-    VoxcpmPaths,
-    exec_start,
-    is_loopback,
-    probe_url,
-    server_args,
-    service_env,
-    start_decision,
-)
+from roles.voxcpm.service import exec_start, server_args, service_env, start_decision
 
-FILES = REPO / "files" / "voxcpm"
+FILES = Path(__file__).resolve().parents[2] / "files" / "voxcpm"
+
+
+def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
+    """voxcpm.service serving the checkpoint at ``model_dir``: what differs from the skeleton."""
+    p = VoxcpmPaths.from_data(settings)
+    mode = SERVICE_MODES[UNIT]
+    return ServiceSpec(
+        unit=UNIT,
+        role="roles/voxcpm",
+        component="VoxCPM2",
+        mode=mode,
+        target=MODES[mode],
+        user=settings.voxcpm_user,
+        home=p.home,
+        env_file=p.env_file,
+        env=service_env(settings, p),
+        description=(
+            "VoxCPM2 text-to-speech server, OpenAI-style /v1/audio/speech "
+            f"({settings.voxcpm_served_model_name})"
+        ),
+        documentation=f"file://{p.server}",
+        exec_start=exec_start(p, server_args(settings, p, model_dir)),
+        bind=str(settings.voxcpm_host),
+        port=settings.voxcpm_port,
+        ready_path="/ready",
+        ready_pid_key="pid",
+        start_timeout_s=settings.voxcpm_start_timeout_s,
+        stop_timeout_s=30,
+        restart_sec=10,
+    )
 
 
 @deploy("VoxCPM2")
-def voxcpm(nvidia: NvidiaLayer | None = None) -> None:
+def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> None:
     """Interpreter, locked venv, model, server and unit; start it where it can run.
 
     The service runs with the test double selected (``voxcpm_test_double_synthesizer``), or on
     a host that declares GPUs and has the NVIDIA driver; otherwise it is installed, stopped and
-    disabled, and the run says why. Raises ``SettingsError`` before any change on invalid
-    settings, ``DeployError`` when the model is neither placed nor available to place.
-    ``nvidia``: what roles.nvidia.nvidia returned in this run (None: the host as it is).
+    disabled, and the run says why. Raises ``DeployError`` before any change when the model is
+    neither placed nor available to place. Does nothing (and says so) when ``voxcpm_install`` is
+    False. ``nvidia``: what roles.nvidia.nvidia returned in this run (the driver there or
+    planned); without it (a partial run) the host as it is.
     """
-    data = host.data
-    require_valid_settings(data, host.name)
-    common = Paths.from_data(data)
-    p = VoxcpmPaths.from_data(data)
-    user = data.voxcpm_user
-    version = data.voxcpm_python_version
+    if not settings.voxcpm_install:
+        logger.info(f"[{host.name}] VoxCPM2: voxcpm_install is False; not installed")
+        return
+    layout = Layout.from_data(settings)
+    p = VoxcpmPaths.from_data(settings)
+    version = settings.voxcpm_python_version
+    placed = store.place(settings.voxcpm_model_manifest)
+    svc = GpuService(settings, service_spec(settings, placed.path))
 
-    service_account(user, p.home, "rigup VoxCPM2 service")
-    for path, owner, mode in (
-        (f"{p.home}/cache", user, "700"),
-        (p.voices, "root", "750"),  # reference recordings <voice>.wav: the user's, never removed
-    ):
-        files.directory(name=f"Directory {path}", path=path, user=owner, group=user, mode=mode)
-    for path in (p.python_install_dir, p.root, f"{p.root}/bin", p.etc):
-        files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
+    svc.account("rigup VoxCPM2 service")
+    svc.directories(
+        root_owned=(p.python_install_dir, p.root, f"{p.root}/bin", p.etc),
+        owned=((f"{p.home}/cache", "700"),),
+    )
+    # reference recordings <voice>.wav: the user's, never removed; readable by the service
+    files.directory(
+        name=f"Directory {p.voices}",
+        path=p.voices,
+        user="root",
+        group=settings.voxcpm_user,
+        mode="750",
+    )
 
     # --- the interpreter: CPython 3.10-3.12 from uv's managed Python -------------------------
     interpreter = p.interpreter(version, host.get_fact(Arch))
@@ -76,12 +104,13 @@ def voxcpm(nvidia: NvidiaLayer | None = None) -> None:
         version=version,
         interpreter=interpreter,
         install_dir=p.python_install_dir,
-        uv=common.uv,
-        cache_dir=common.uv_cache,
-        tmp_dir=common.tmp,
-        mirror=data.voxcpm_python_install_mirror,
-        downloads_json=data.voxcpm_python_downloads_json,
+        uv=layout.uv,
+        cache_dir=layout.uv_cache,
+        tmp_dir=layout.tmp,
+        mirror=settings.voxcpm_python_install_mirror,
+        downloads_json=settings.voxcpm_python_downloads_json,
     )
+    svc.track(python, software=True)
     venv_version = host.get_fact(PythonVersion, path=p.python)
     if venv_version is not None and venv_version != version:
         files.directory(
@@ -90,74 +119,20 @@ def voxcpm(nvidia: NvidiaLayer | None = None) -> None:
             present=False,
         )
 
-    # --- the locked venv ----------------------------------------------------------------------
-    lock = files.put(
-        name="VoxCPM2 lock file",
-        src=str(FILES / "requirements.lock"),
-        dest=p.lock,
-        mode="644",
-    )
-    venv = uv_venv_synced(
-        name=f"voxcpm {data.voxcpm_version} venv (uv, locked, Python {version})",
-        venv=p.venv,
+    svc.venv(
+        what="VoxCPM2",
+        contents=f"voxcpm {settings.voxcpm_version}, Python {version}",
+        lock_src=FILES / "requirements.lock",
         lock=p.lock,
+        venv=p.venv,
         python=interpreter,
-        uv=common.uv,
-        cache_dir=common.uv_cache,
-        tmp_dir=common.tmp,
     )
-    server_file = files.put(
-        name="VoxCPM2 HTTP server (voxcpm_server.py)",
-        src=str(FILES / "voxcpm_server.py"),
-        dest=p.server,
-        mode="644",
-    )
+    svc.put("VoxCPM2 HTTP server (voxcpm_server.py)", FILES / "voxcpm_server.py", p.server)
 
-    # --- the model ----------------------------------------------------------------------------
-    placed = place_model(data.voxcpm_model_manifest)
-    if placed.path != p.model_dir:
-        raise DeployError(f"VoxCPM2 model placed at {placed.path}, expected {p.model_dir}")
-
-    # --- environment, unit, state -------------------------------------------------------------
-    env_file = files.template(
-        name="VoxCPM2 environment file",
-        src=str(FILES / "voxcpm.env.j2"),
-        dest=p.env_file,
-        user="root",
-        group=user,
-        mode="640",
-        env=service_env(data, p),
-    )
-    unit = files.template(
-        name=f"Unit {UNIT}",
-        src=str(FILES / "voxcpm.service.j2"),
-        dest=p.unit,
-        mode="644",
-        service_user=user,
-        served_model_name=data.voxcpm_served_model_name,
-        server=p.server,
-        env_file=p.env_file,
-        home=p.home,
-        exec_start=exec_start(p, server_args(data, p)),
-        ready_url=probe_url(data, "/ready"),
-        start_timeout_s=data.voxcpm_start_timeout_s,
-        media_target=MEDIA_TARGET,
-        loopback_only=is_loopback(data.voxcpm_host),
-    )
-    systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
-
-    blocker = start_decision(data, (nvidia or observed_layer(data)).driver_usable)
-    if blocker is None and data.voxcpm_test_double_synthesizer:
+    blocker = start_decision(settings, gpu_hold_back_reason(settings, nvidia))
+    if blocker is None and settings.voxcpm_test_double_synthesizer:
         logger.warning(
             f"[{host.name}] VoxCPM2: voxcpm_test_double_synthesizer is on: {UNIT} serves a "
             "TEST DOUBLE tone, not VoxCPM2 speech (tests only)."
         )
-    mode_unit_state(
-        UNIT,
-        "VoxCPM2",
-        blocker,
-        MEDIA_TARGET,
-        "media",
-        any_changed(unit, env_file, venv, lock, server_file, python),
-        relink_if=unit.did_change,
-    )
+    svc.install(blocker)

@@ -1,98 +1,21 @@
-"""Pure helpers of the voxcpm role: paths, the server's command line and its environment.
+"""Pure helpers of the voxcpm role: the server's command line and its environment.
 
 Deploys and tests (unit and testinfra) share them, so an expectation is never a second copy.
 """
 
 from __future__ import annotations
 
-import tomllib
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from roles.vllm.flags import systemd_quote
-
-REPO = Path(__file__).resolve().parents[2]
-MANIFESTS = REPO / "files" / "model" / "manifests"
-UNIT = "voxcpm.service"
-#: The mode target of issue 4 (created by the modes work); the unit is PartOf= and WantedBy= it.
-MEDIA_TARGET = "rigup-media.target"
+from roles.common.service import exec_line
+from roles.common.urls import local_probe_url
+from roles.voxcpm.paths import VoxcpmPaths
 
 
-def interpreter_dir_name(version: str, arch: str) -> str:
-    """Directory uv gives a managed CPython: ``cpython-3.12.16-linux-x86_64-gnu``.
-
-    ``arch`` is ``uname -m`` (x86_64, aarch64). glibc only: Ubuntu and Debian, rigup's targets.
-    """
-    return f"cpython-{version}-linux-{arch}-gnu"
-
-
-def manifest_identity(manifest: str) -> tuple[str, str]:
-    """``(name, revision)`` of a model manifest (files/model/manifests/<manifest>.toml).
-
-    Raises ``FileNotFoundError`` / ``tomllib.TOMLDecodeError`` / ``KeyError`` for a missing or
-    malformed manifest.
-    """
-    path = Path(manifest) if manifest.startswith("/") else MANIFESTS / f"{manifest}.toml"
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
-    return str(data["name"]), str(data["revision"])
-
-
-def voxcpm_model_dir(data: Any) -> str:
-    """Where the VoxCPM2 checkpoint is placed: ``<model_store_dir>/<name>/<revision>`` (issue 5's
-    layout, manifest-format.md section 4; the same path ``roles.model.placed_path`` returns)."""
-    name, revision = manifest_identity(str(data.get("voxcpm_model_manifest")))
-    return f"{str(data.get('model_store_dir')).rstrip('/')}/{name}/{revision}"
-
-
-@dataclass(frozen=True)
-class VoxcpmPaths:
-    """Absolute paths of the voxcpm role on a host. Build with :meth:`from_data`."""
-
-    python_install_dir: str  # UV_PYTHON_INSTALL_DIR: uv-managed CPython builds
-    root: str
-    venv: str
-    python: str  # the venv's interpreter
-    lock: str
-    server: str
-    etc: str
-    env_file: str
-    home: str
-    voices: str
-    unit: str
-    model_dir: str
-
-    @classmethod
-    def from_data(cls, data: Any) -> VoxcpmPaths:
-        prefix = str(data.get("rigup_prefix")).rstrip("/")
-        etc = f"{str(data.get('rigup_etc_dir')).rstrip('/')}/voxcpm"
-        home = f"{str(data.get('rigup_state_dir')).rstrip('/')}/voxcpm"
-        root = f"{prefix}/voxcpm"
-        return cls(
-            python_install_dir=f"{prefix}/python",
-            root=root,
-            venv=f"{root}/venv",
-            python=f"{root}/venv/bin/python",
-            lock=f"{root}/requirements.lock",
-            server=f"{root}/bin/voxcpm_server.py",
-            etc=etc,
-            env_file=f"{etc}/voxcpm.env",
-            home=home,
-            voices=f"{home}/voices",
-            unit=f"/etc/systemd/system/{UNIT}",
-            model_dir=voxcpm_model_dir(data),
-        )
-
-    def interpreter(self, version: str, arch: str) -> str:
-        """The uv-managed CPython the venv is built from."""
-        minor = ".".join(version.split(".")[:2])
-        return f"{self.python_install_dir}/{interpreter_dir_name(version, arch)}/bin/python{minor}"
-
-
-def server_args(data: Any, p: VoxcpmPaths) -> list[str]:
+def server_args(data: Any, p: VoxcpmPaths, model_dir: str) -> list[str]:
     """Arguments of files/voxcpm/voxcpm_server.py from the settings (``--flag value`` pairs)."""
     args = [
-        "--model-dir", p.model_dir,
+        "--model-dir", model_dir,
         "--host", str(data.get("voxcpm_host")),
         "--port", str(data.get("voxcpm_port")),
         "--served-model-name", str(data.get("voxcpm_served_model_name")),
@@ -111,8 +34,8 @@ def server_args(data: Any, p: VoxcpmPaths) -> list[str]:
 
 
 def exec_start(p: VoxcpmPaths, args: list[str]) -> str:
-    """The unit's ExecStart= value, each argument systemd-quoted (roles.vllm.flags)."""
-    return " ".join(systemd_quote(a) for a in [p.python, p.server, *args])
+    """The unit's ExecStart= value, each argument systemd-quoted."""
+    return exec_line([p.python, p.server, *args])
 
 
 def service_env(data: Any, p: VoxcpmPaths) -> dict[str, str]:
@@ -136,38 +59,17 @@ def service_env(data: Any, p: VoxcpmPaths) -> dict[str, str]:
     }
 
 
-def is_loopback(address: str) -> bool:
-    """True for an address only this host reaches (127.0.0.0/8, ::1, localhost)."""
-    import ipaddress
-
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:  # a host name: may resolve anywhere
-        return False
-
-
 def probe_url(data: Any, path: str = "/ready") -> str:
     """URL of the server's ``path`` as seen from the host itself."""
-    bind = str(data.get("voxcpm_host"))
-    probe = "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
-    if ":" in probe:
-        probe = f"[{probe}]"
-    return f"http://{probe}:{data.get('voxcpm_port')}{path}"
+    return local_probe_url(str(data.get("voxcpm_host")), data.get("voxcpm_port"), path)
 
 
-def start_decision(data: Any, has_driver: bool) -> str | None:
+def start_decision(data: Any, gpu_blocker: str | None) -> str | None:
     """None when the service should run; otherwise why it is kept installed but stopped.
 
-    It runs with the test double selected (no GPU needed), or on a host that declares GPUs and
-    has the NVIDIA driver.
+    It runs with the test double selected (no GPU needed), or where a GPU service can run
+    (``gpu_blocker`` None: the host declares GPUs and has the NVIDIA driver).
     """
     if data.get("voxcpm_test_double_synthesizer"):
         return None
-    gpus = data.get("nvidia_gpu_count")
-    if gpus == 0:
-        return "this host declares no NVIDIA GPUs (nvidia_gpu_count = 0)"
-    if not has_driver:
-        return f"it declares {gpus} GPU(s) but has no NVIDIA driver (no nvidia-smi on PATH)"
-    return None
+    return gpu_blocker

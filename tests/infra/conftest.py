@@ -19,7 +19,10 @@ from pyinfra.api import State
 from pyinfra.context import ctx_state
 from pyinfra_cli.inventory import make_inventory
 
-from roles.common.paths import Paths
+from roles.common.paths import Layout
+from roles.model import placed_path
+from roles.model.paths import ModelPaths
+from roles.vllm.paths import VllmPaths
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,8 +80,25 @@ def data(rig):
 
 
 @pytest.fixture(scope="session")
-def paths(data) -> Paths:
-    return Paths.from_data(data)
+def paths(data) -> Layout:
+    """rigup's layout on the host (prefix, etc, state, uv...)."""
+    return Layout.from_data(data)
+
+
+@pytest.fixture(scope="session")
+def vllm_paths(data) -> VllmPaths:
+    return VllmPaths.from_data(data)
+
+
+@pytest.fixture(scope="session")
+def model_paths(data) -> ModelPaths:
+    return ModelPaths.from_data(data)
+
+
+@pytest.fixture(scope="session")
+def llm_dir(data) -> str:
+    """Where the LLM vLLM serves is placed: ``<model_store_dir>/<name>/<revision>``."""
+    return placed_path(data, data.get("model_llm_manifest"))
 
 
 @pytest.fixture(scope="session")

@@ -6,13 +6,8 @@ import shlex
 
 import pytest
 
-from roles.comfyui.flags import (
-    BASE_SUBDIRS,
-    comfyui_dirs,
-    main_args,
-    service_env,
-    system_stats_url,
-)
+from roles.comfyui.flags import main_args, service_env, system_stats_url
+from roles.comfyui.paths import BASE_SUBDIRS, ComfyuiPaths
 from roles.common.facts import uv_env
 from roles.modes.budget import MODES
 
@@ -30,8 +25,8 @@ def installed(data):
 
 
 @pytest.fixture(scope="module")
-def d(data) -> dict:
-    return comfyui_dirs(data)
+def d(data) -> ComfyuiPaths:
+    return ComfyuiPaths.from_data(data)
 
 
 def _props(host, unit: str, *names: str) -> dict[str, str]:
@@ -42,28 +37,28 @@ def _props(host, unit: str, *names: str) -> dict[str, str]:
 def test_service_user(host, data, d):
     user = host.user(data.get("comfyui_user"))
     assert user.exists, f"service user {data.get('comfyui_user')} missing: run deploys/comfyui.py"
-    assert 0 < user.uid < 1000 and user.home == d["home"], (user.uid, user.home)
+    assert 0 < user.uid < 1000 and user.home == d.home, (user.uid, user.home)
     assert user.shell in ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false"), user.shell
 
 
 def test_checkout_at_the_pinned_commit_and_clean(host, data, d):
-    git = f"git -C {d['src']}"
+    git = f"git -C {d.src}"
     head = host.run(f"{git} rev-parse HEAD")
-    assert head.rc == 0, f"no git checkout at {d['src']}: run deploys/comfyui.py"
+    assert head.rc == 0, f"no git checkout at {d.src}: run deploys/comfyui.py"
     assert head.stdout.strip() == data.get("comfyui_commit"), (
-        f"{d['src']} is at {head.stdout.strip()}, comfyui_commit is {data.get('comfyui_commit')}"
+        f"{d.src} is at {head.stdout.strip()}, comfyui_commit is {data.get('comfyui_commit')}"
     )
     assert host.run(f"{git} remote get-url origin").stdout.strip() == data.get("comfyui_git_url")
     dirty = host.run(f"{git} status --porcelain").stdout.strip()
-    assert not dirty, f"local changes in {d['src']}: {dirty}"
-    version = host.file(f"{d['src']}/comfyui_version.py").content_string
+    assert not dirty, f"local changes in {d.src}: {dirty}"
+    version = host.file(f"{d.src}/comfyui_version.py").content_string
     assert f'__version__ = "{data.get("comfyui_version")}"' in version.splitlines()
 
 
 def test_service_cannot_write_its_code(host, data, d):
-    src = host.file(d["src"])
-    assert src.user == "root", f"{d['src']} owned by {src.user}"
-    for path in (d["src"], d["venv"]):
+    src = host.file(d.src)
+    assert src.user == "root", f"{d.src} owned by {src.user}"
+    for path in (d.src, d.venv):
         out = host.run(f"runuser -u {data.get('comfyui_user')} -- test -w {path}")
         assert out.rc != 0, f"{data.get('comfyui_user')} can write {path}"
 
@@ -71,7 +66,7 @@ def test_service_cannot_write_its_code(host, data, d):
 def test_venv_matches_lock(host, paths, d):
     out = host.run(
         f"{uv_env(paths.uv_cache, paths.tmp)} {paths.uv} pip sync --dry-run "
-        f"--require-hashes --python {d['python']} {d['lock']}"
+        f"--require-hashes --python {d.python} {d.lock}"
     )
     drift = [x for x in (out.stdout + out.stderr).splitlines() if x.startswith((" + ", " - "))]
     assert out.rc == 0 and not drift, f"ComfyUI venv differs from its lock: {drift or out.stderr}"
@@ -81,11 +76,11 @@ def test_venv_satisfies_the_checkouts_requirements(host, paths, d):
     """The lock follows the pinned ComfyUI: uv finds nothing to install for its requirements.txt."""
     out = host.run(
         f"{uv_env(paths.uv_cache, paths.tmp)} {paths.uv} pip install --dry-run --offline "
-        f"--python {d['python']} -r {d['src']}/requirements.txt"
+        f"--python {d.python} -r {d.src}/requirements.txt"
     )
     text = out.stdout + out.stderr
     assert out.rc == 0 and "Would make no changes" in text, (
-        f"the ComfyUI venv does not satisfy {d['src']}/requirements.txt (update "
+        f"the ComfyUI venv does not satisfy {d.src}/requirements.txt (update "
         f"files/comfyui/requirements.in and its lock): {text[-800:]}"
     )
 
@@ -93,44 +88,44 @@ def test_venv_satisfies_the_checkouts_requirements(host, paths, d):
 @pytest.mark.parametrize("sub", BASE_SUBDIRS)
 def test_base_directory_tree(host, data, d, sub):
     user = data.get("comfyui_user")
-    for path in (d["base"], f"{d['base']}/{sub}"):
+    for path in (d.base, f"{d.base}/{sub}"):
         f = host.file(path)
         assert f.is_directory, f"{path} is missing: run deploys/comfyui.py"
         assert f.user == user and f.mode == 0o750, f"{path}: {f.user} {oct(f.mode)}"
 
 
 def test_rendered_arguments_are_the_settings(host, data, d):
-    f = host.file(d["args_file"])
-    assert f.exists, f"{d['args_file']} is missing: run deploys/comfyui.py"
+    f = host.file(d.args_file)
+    assert f.exists, f"{d.args_file} is missing: run deploys/comfyui.py"
     assert json.loads(f.content_string) == main_args(data), "main-args.json differs: re-run"
 
 
 def _check_args(host, data, d, args_file: str):
     return host.run(
-        f"runuser -u {data.get('comfyui_user')} -- env PYTHONDONTWRITEBYTECODE=1 {d['python']} "
-        f"{d['scripts']}/check_args.py {d['src']} {args_file}"
+        f"runuser -u {data.get('comfyui_user')} -- env PYTHONDONTWRITEBYTECODE=1 {d.python} "
+        f"{d.scripts}/check_args.py {d.src} {args_file}"
     )
 
 
 def test_pinned_parser_accepts_the_arguments(host, data, d):
-    out = _check_args(host, data, d, d["args_file"])
+    out = _check_args(host, data, d, d.args_file)
     assert out.rc == 0, f"ComfyUI's parser rejects the deployed arguments: {out.stdout}{out.stderr}"
     assert json.loads(out.stdout.strip().splitlines()[-1])["ok"] is True
 
 
 def test_pinned_parser_rejects_a_flag_that_does_not_exist(host, data, d):
-    bad = shlex.quote(json.dumps(main_args(data) + ["--data-directory", d["base"]]))
+    bad = shlex.quote(json.dumps(main_args(data) + ["--data-directory", d.base]))
     out = host.run(
-        f"f=$(mktemp -p {d['home']}/tmp) && printf '%s' {bad} > $f && chmod 644 $f && "
-        f"runuser -u {data.get('comfyui_user')} -- env PYTHONDONTWRITEBYTECODE=1 {d['python']} "
-        f"{d['scripts']}/check_args.py {d['src']} $f; rc=$?; rm -f $f; exit $rc"
+        f"f=$(mktemp -p {d.home}/tmp) && printf '%s' {bad} > $f && chmod 644 $f && "
+        f"runuser -u {data.get('comfyui_user')} -- env PYTHONDONTWRITEBYTECODE=1 {d.python} "
+        f"{d.scripts}/check_args.py {d.src} $f; rc=$?; rm -f $f; exit $rc"
     )
     assert out.rc == 1 and "--data-directory" in out.stdout, out.stdout + out.stderr
 
 
 @pytest.mark.unit(UNIT)
 def test_unit_runs_the_rendered_command_in_the_media_mode(host, data, d):
-    assert host.file(d["unit"]).exists, f"{d['unit']} is missing: run deploys/comfyui.py"
+    assert host.file(d.unit).exists, f"{d.unit} is missing: run deploys/comfyui.py"
     props = _props(
         host, UNIT, "LoadState", "User", "ExecStart", "EnvironmentFiles", "PartOf", "Requires"
     )
@@ -140,10 +135,10 @@ def test_unit_runs_the_rendered_command_in_the_media_mode(host, data, d):
         assert arg in props.get("ExecStart", ""), f"{UNIT} does not pass {arg}"
     for flag in ("--highvram", "--gpu-only"):
         assert flag not in props.get("ExecStart", ""), f"{UNIT} passes {flag}: re-run the deploy"
-    assert d["env_file"] in props.get("EnvironmentFiles", "")
+    assert d.env_file in props.get("EnvironmentFiles", "")
     assert TARGET in props.get("PartOf", "") and TARGET in props.get("Requires", ""), props
     wanted = host.file(f"/etc/systemd/system/{TARGET}.wants/{UNIT}")
-    assert host.file(d["unit"]).content_string.count(f"WantedBy={TARGET}") == 1
+    assert host.file(d.unit).content_string.count(f"WantedBy={TARGET}") == 1
     enabled = host.run(f"systemctl is-enabled {UNIT}").stdout.strip()
     assert (enabled == "enabled") == wanted.exists, (enabled, wanted.exists)
 
@@ -168,12 +163,12 @@ def test_unit_is_hardened(host, d):
     got = _props(host, UNIT, *want, "ReadWritePaths")
     weaker = {k: got.get(k) for k, v in want.items() if got.get(k) != v}
     assert not weaker, f"{UNIT} hardening differs from rigup's unit: {weaker}"
-    assert set(got.get("ReadWritePaths", "").split()) == {d["base"], d["home"]}, got
+    assert set(got.get("ReadWritePaths", "").split()) == {d.base, d.home}, got
 
 
 def test_env_file_private_and_complete(host, data, d):
-    f = host.file(d["env_file"])
-    assert f.exists, f"{d['env_file']} is missing: re-run deploys/comfyui.py"
+    f = host.file(d.env_file)
+    assert f.exists, f"{d.env_file} is missing: re-run deploys/comfyui.py"
     assert (f.user, f.group, f.mode) == ("root", data.get("comfyui_user"), 0o640), (
         f"{f.path}: {f.user}:{f.group} {oct(f.mode)}"
     )

@@ -1,42 +1,42 @@
 """model role: the placed checkpoint, its text-only edit, and vLLM's verdict on it; the model
-tool venv, the record of what was placed and the token file (issue 5)."""
+tool venv, the record of what was placed and the token file."""
 
 import json
 from pathlib import Path
 
-from roles.model import model_fetch
+from roles.model.commands import model_fetch
 from roles.model.manifest import load_manifest
 from roles.model.patch import patch_for
 
 
-def test_checkpoint_placed_read_only(host, data, paths):
-    d = host.file(paths.model_dir)
-    assert d.is_directory, f"no checkpoint at {paths.model_dir}: run deploys/model.py"
+def test_checkpoint_placed_read_only(host, data, llm_dir):
+    d = host.file(llm_dir)
+    assert d.is_directory, f"no checkpoint at {llm_dir}: run deploys/model.py"
     assert d.user == "root", f"{d.path} owned by {d.user}: services must not be able to change it"
     revision = load_manifest(data.get("model_llm_manifest")).revision
-    partial = f"{paths.model_dir.rsplit('/', 1)[0]}/.{revision}.partial"
+    partial = f"{llm_dir.rsplit('/', 1)[0]}/.{revision}.partial"
     assert not host.file(partial).exists, (
         f"an interrupted copy is left at {partial}: re-run deploys/model.py"
     )
     for name in ("config.json", "model.safetensors.index.json", "tokenizer_config.json"):
-        f = f"{paths.model_dir}/{name}"
+        f = f"{llm_dir}/{name}"
         out = host.run(f"runuser -u {data.get('vllm_user')} -- test -r {f}")
         assert out.rc == 0, f"{data.get('vllm_user')} cannot read {f}"
 
 
-def test_every_indexed_shard_present(host, paths):
-    index_file = host.file(f"{paths.model_dir}/model.safetensors.index.json")
-    assert index_file.exists, f"{index_file.path} is missing: is {paths.model_dir} a checkpoint?"
+def test_every_indexed_shard_present(host, llm_dir):
+    index_file = host.file(f"{llm_dir}/model.safetensors.index.json")
+    assert index_file.exists, f"{index_file.path} is missing: is {llm_dir} a checkpoint?"
     index = json.loads(index_file.content_string)
     shards = sorted(set(index["weight_map"].values()))
-    missing = [s for s in shards if not host.file(f"{paths.model_dir}/{s}").exists]
+    missing = [s for s in shards if not host.file(f"{llm_dir}/{s}").exists]
     assert not missing, f"shards named in the index but missing: {missing}"
 
 
-def test_config_holds_the_text_only_edit(host, data, paths):
+def test_config_holds_the_text_only_edit(host, data, llm_dir):
     method = data.get("vllm_text_only_method")
-    config = json.loads(host.file(paths.model_config).content_string)
-    kept = host.file(paths.model_config_original)
+    config = json.loads(host.file(f"{llm_dir}/config.json").content_string)
+    kept = host.file(f"{llm_dir}/config.json.rigup-orig")
     original = json.loads(kept.content_string) if kept.exists else config
     assert config == patch_for(method)(original), (
         f"config.json does not hold the {method} edit of the original (unpatched model?): "
@@ -49,32 +49,29 @@ def test_config_holds_the_text_only_edit(host, data, paths):
         )
 
 
-def test_vllm_serves_it_text_only(host, data, paths):
+def test_vllm_serves_it_text_only(host, data, llm_dir, vllm_paths):
     """vLLM 0.22.1's own config code, run as the service user, must see a text-only model."""
-    python = f"{paths.vllm_venv}/bin/python"
+    python = f"{vllm_paths.venv}/bin/python"
     method = data.get("vllm_text_only_method")
     out = host.run(
-        f"runuser -u {data.get('vllm_user')} -- env HOME={paths.vllm_home} HF_HUB_OFFLINE=1 "
-        f"{python} {paths.vllm_scripts}/text_only_check.py {paths.model_dir} --method {method}"
+        f"runuser -u {data.get('vllm_user')} -- env HOME={vllm_paths.home} HF_HUB_OFFLINE=1 "
+        f"{python} {vllm_paths.scripts}/text_only_check.py {llm_dir} --method {method}"
     )
-    assert out.rc == 0, (
-        f"vLLM would not serve {paths.model_dir} text-only: {out.stdout}{out.stderr[-600:]}"
-    )
+    assert out.rc == 0, f"vLLM would not serve {llm_dir} text-only: {out.stdout}{out.stderr[-600:]}"
     verdict = json.loads(out.stdout.strip().splitlines()[-1])
     assert verdict["text_only"] is True, f"vLLM's verdict: {verdict.get('reasons')}"
 
 
-# --- Models (issue 5) ---
-def test_placed_copy_matches_its_manifest_and_record(host, data, paths):
+def test_placed_copy_matches_its_manifest_and_record(host, data, llm_dir):
     """Sizes on the host against the manifest and the record written at placement (sha256s are
     checked at placement and by `model_fetch.py verify`, not here: hashing GBs per test run)."""
     manifest = load_manifest(data.get("model_llm_manifest"))
-    record_file = host.file(f"{paths.model_dir}/{model_fetch.RECORD}")
-    assert record_file.exists, f"no {model_fetch.RECORD} in {paths.model_dir}: run deploys/model.py"
+    record_file = host.file(f"{llm_dir}/{model_fetch.RECORD}")
+    assert record_file.exists, f"no {model_fetch.RECORD} in {llm_dir}: run deploys/model.py"
     record = json.loads(record_file.content_string)
     assert record["manifest"]["name"] == manifest.name
     assert record["files"] and all(len(f["sha256"]) == 64 for f in record["files"])
-    out = host.run(f"cd {paths.model_dir} && find . -type f -printf '%s %P\\n'")
+    out = host.run(f"cd {llm_dir} && find . -type f -printf '%s %P\\n'")
     sizes = {
         rel: int(size) for size, _, rel in (line.partition(" ") for line in out.stdout.splitlines())
     }
@@ -83,20 +80,20 @@ def test_placed_copy_matches_its_manifest_and_record(host, data, paths):
     assert not bad, f"placed files differ from the manifest/record: {bad}"
 
 
-def test_full_verification_with_sha256(host, paths):
+def test_full_verification_with_sha256(host, llm_dir, model_paths):
     out = host.run(
-        f"{paths.model_tool_python} {paths.model_fetch} verify "
-        f"--manifest {paths.model_manifests_dir}/{paths.model_dir.split('/')[-2]}.json "
-        f"--dir {paths.model_dir}"
+        f"{model_paths.tool_python} {model_paths.fetch} verify "
+        f"--manifest {model_paths.manifests_dir}/{llm_dir.split('/')[-2]}.json "
+        f"--dir {llm_dir}"
     )
     verdict = json.loads(out.stdout.strip().splitlines()[-1])
     assert out.rc == 0 and verdict["status"] == "ok", f"model_fetch.py verify: {verdict}"
     assert verdict["sha256_checked"] > 0
 
 
-def test_model_tool_venv_has_the_pinned_libraries(host, paths):
+def test_model_tool_venv_has_the_pinned_libraries(host, model_paths):
     out = host.run(
-        f"{paths.model_tool_python} -c 'import huggingface_hub, hf_xet, modelscope; "
+        f"{model_paths.tool_python} -c 'import huggingface_hub, hf_xet, modelscope; "
         "print(huggingface_hub.__version__, modelscope.__version__)'"
     )
     assert out.rc == 0, f"model tool venv broken ({out.stderr[-300:]}): run deploys/model.py"
@@ -105,12 +102,12 @@ def test_model_tool_venv_has_the_pinned_libraries(host, paths):
     assert f"huggingface_hub=={hub}" in lock and f"modelscope=={ms}" in lock
 
 
-def test_secrets_stay_private(host, paths):
-    d = host.file(paths.model_secrets_dir)
+def test_secrets_stay_private(host, model_paths):
+    d = host.file(model_paths.secrets_dir)
     assert d.is_directory and d.mode == 0o700 and d.user == "root", (
-        f"{paths.model_secrets_dir} must be root-only (0700): run deploys/model.py"
+        f"{model_paths.secrets_dir} must be root-only (0700): run deploys/model.py"
     )
-    for path in (paths.hf_token_file, paths.modelscope_token_file):
+    for path in (model_paths.hf_token_file, model_paths.modelscope_token_file):
         token = host.file(path)
         if token.exists:
             assert token.mode == 0o600 and token.user == "root", f"{path} must be 0600 root"

@@ -5,10 +5,9 @@ import shlex
 
 import pytest
 
-from roles.common.settings import VLLM_KV_CACHE_DTYPES
 from roles.nvidia import NvidiaPaths, cuda_env
-from roles.vllm import health_url
-from roles.vllm.flags import serve_args, service_env
+from roles.vllm.flags import health_url, serve_args, service_env
+from roles.vllm.settings import KV_CACHE_DTYPES
 from tests.infra.checks import (
     check_service_user,
     check_unit_properties,
@@ -19,79 +18,81 @@ from tests.infra.checks import (
 UNIT = "vllm.service"
 
 
-def _python(paths):
-    return f"{paths.vllm_venv}/bin/python"
+def _python(vllm_paths):
+    return vllm_paths.python
 
 
-def test_service_user(host, data, paths):
-    check_service_user(host, data.get("vllm_user"), paths.vllm_home, "deploys/vllm.py")
+def test_service_user(host, data, vllm_paths):
+    check_service_user(host, data.get("vllm_user"), vllm_paths.home, "deploys/vllm.py")
 
 
-def test_vllm_version(host, data, paths):
+def test_vllm_version(host, data, vllm_paths):
     out = host.run(
-        f"{_python(paths)} -c 'import importlib.metadata as m; print(m.version(\"vllm\"))'"
+        f"{_python(vllm_paths)} -c 'import importlib.metadata as m; print(m.version(\"vllm\"))'"
     )
-    assert out.rc == 0, f"no vLLM in {paths.vllm_venv}: {out.stderr.strip()[-400:]}"
+    assert out.rc == 0, f"no vLLM in {vllm_paths.venv}: {out.stderr.strip()[-400:]}"
     assert out.stdout.strip() == data.get("vllm_version"), (
-        f"vLLM {out.stdout.strip()} installed in {paths.vllm_venv}, "
+        f"vLLM {out.stdout.strip()} installed in {vllm_paths.venv}, "
         f"{data.get('vllm_version')} expected (re-run deploys/vllm.py)"
     )
 
 
-def test_venv_matches_lock(host, paths):
-    check_venv_matches_lock(host, paths, _python(paths), paths.vllm_lock)
+def test_venv_matches_lock(host, paths, vllm_paths):
+    check_venv_matches_lock(host, paths, _python(vllm_paths), vllm_paths.lock)
 
 
-def test_kv_cache_dtypes_match_pinned_vllm(host, paths):
+def test_kv_cache_dtypes_match_pinned_vllm(host, vllm_paths):
     """The early (controller-side) kv-cache dtype list equals vLLM's own CacheDType literal."""
     code = "import json, typing; from vllm.config.cache import CacheDType; print(json.dumps(typing.get_args(CacheDType)))"
-    out = host.run(f"{_python(paths)} -c {shlex.quote(code)}")
+    out = host.run(f"{_python(vllm_paths)} -c {shlex.quote(code)}")
     assert out.rc == 0, out.stderr[-400:]
-    assert tuple(json.loads(out.stdout.strip().splitlines()[-1])) == VLLM_KV_CACHE_DTYPES, (
-        "roles/common/settings.py VLLM_KV_CACHE_DTYPES differs from the installed vLLM's "
+    assert tuple(json.loads(out.stdout.strip().splitlines()[-1])) == KV_CACHE_DTYPES, (
+        "roles/vllm/settings.py KV_CACHE_DTYPES differs from the installed vLLM's "
         "CacheDType: update the list for this vLLM release"
     )
 
 
-def test_rendered_arguments_are_the_settings(host, data, paths):
-    f = host.file(paths.vllm_args_file)
-    assert f.exists, f"{paths.vllm_args_file} is missing: run deploys/vllm.py"
+def test_rendered_arguments_are_the_settings(host, data, llm_dir, vllm_paths):
+    f = host.file(vllm_paths.args_file)
+    assert f.exists, f"{vllm_paths.args_file} is missing: run deploys/vllm.py"
     deployed = json.loads(f.content_string)
-    assert deployed == serve_args(data), (
+    assert deployed == serve_args(data, llm_dir), (
         "serve-args.json differs from the settings: re-run the deploy"
     )
 
 
-def test_vllm_parser_accepts_rendered_arguments(host, paths):
-    out = host.run(f"{_python(paths)} {paths.vllm_scripts}/check_args.py {paths.vllm_args_file}")
+def test_vllm_parser_accepts_rendered_arguments(host, vllm_paths):
+    out = host.run(
+        f"{_python(vllm_paths)} {vllm_paths.scripts}/check_args.py {vllm_paths.args_file}"
+    )
     assert out.rc == 0, f"vLLM's parser rejects the deployed arguments: {out.stdout}{out.stderr}"
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["ok"] is True
 
 
-def test_vllm_parser_rejects_misspelled_flag(host, data, paths):
+def test_vllm_parser_rejects_misspelled_flag(host, data, llm_dir, vllm_paths):
     """The check is real: a one-letter typo in a flag name must fail, naming the flag."""
-    bad = [a.replace("--kv-cache-dtype", "--kv-cache-dtpye") for a in serve_args(data)]
+    bad = [a.replace("--kv-cache-dtype", "--kv-cache-dtpye") for a in serve_args(data, llm_dir)]
     argv = shlex.quote(json.dumps(bad))
     out = host.run(
         f"f=$(mktemp) && printf '%s' {argv} > $f && "
-        f"{_python(paths)} {paths.vllm_scripts}/check_args.py $f; rc=$?; rm -f $f; exit $rc"
+        f"{_python(vllm_paths)} {vllm_paths.scripts}/check_args.py $f; rc=$?; rm -f $f; exit $rc"
     )
     assert out.rc == 1, f"misspelled flag accepted (rc {out.rc}): {out.stdout}{out.stderr}"
     assert "--kv-cache-dtpye" in out.stdout + out.stderr
 
 
 @pytest.mark.unit(UNIT)
-def test_unit_runs_the_rendered_command(host, data, paths):
-    unit = host.file(paths.vllm_unit)
-    assert unit.exists, f"{paths.vllm_unit} is missing: run deploys/vllm.py"
+def test_unit_runs_the_rendered_command(host, data, llm_dir, vllm_paths):
+    unit = host.file(vllm_paths.unit)
+    assert unit.exists, f"{vllm_paths.unit} is missing: run deploys/vllm.py"
     show = host.run(f"systemctl show {UNIT} -p User -p ExecStart -p EnvironmentFiles -p LoadState")
     props = dict(line.split("=", 1) for line in show.stdout.splitlines() if "=" in line)
     assert props.get("LoadState") == "loaded", f"{UNIT} is not loaded: {props}"
     assert props.get("User") == data.get("vllm_user"), f"{UNIT} runs as {props.get('User')!r}"
     exec_start = props.get("ExecStart", "")
-    assert f"path={paths.vllm_bin} " in exec_start, exec_start
-    for arg in serve_args(data):
+    assert f"path={vllm_paths.venv}/bin/vllm " in exec_start, exec_start
+    for arg in serve_args(data, llm_dir):
         if arg.startswith("--"):
             assert arg in exec_start, f"{UNIT} does not pass {arg}: {exec_start}"
     env_files = [
@@ -99,8 +100,8 @@ def test_unit_runs_the_rendered_command(host, data, paths):
         for line in show.stdout.splitlines()
         if line.startswith("EnvironmentFiles=")
     ]  # one line per file
-    assert any(f.startswith(f"{paths.vllm_env_file} ") for f in env_files), (
-        f"{UNIT} does not read {paths.vllm_env_file} ({env_files}): re-run deploys/vllm.py"
+    assert any(f.startswith(f"{vllm_paths.env_file} ") for f in env_files), (
+        f"{UNIT} does not read {vllm_paths.env_file} ({env_files}): re-run deploys/vllm.py"
     )
     interconnect = NvidiaPaths.from_data(data).interconnect_env
     assert f"{interconnect} (ignore_errors=yes)" in env_files, (
@@ -128,10 +129,10 @@ def test_unit_is_hardened(host):
     check_unit_properties(host, UNIT, want, "deploys/vllm.py")
 
 
-def test_env_file_private_and_complete(host, data, paths):
-    lines = env_file_values(host, paths.vllm_env_file, data.get("vllm_user"), "deploys/vllm.py")
-    assert lines == service_env(data, paths.vllm_home, cuda_env(data)), (
-        f"{paths.vllm_env_file} differs from the settings: re-run deploys/vllm.py"
+def test_env_file_private_and_complete(host, data, vllm_paths):
+    lines = env_file_values(host, vllm_paths.env_file, data.get("vllm_user"), "deploys/vllm.py")
+    assert lines == service_env(data, vllm_paths.home, cuda_env(data)), (
+        f"{vllm_paths.env_file} differs from the settings: re-run deploys/vllm.py"
     )
 
 

@@ -1,4 +1,4 @@
-"""voxcpm role (issue 4): the CPython it runs on, the locked venv, the placed model, the hardened
+"""voxcpm role: the CPython it runs on, the locked venv, the placed model, the hardened
 unit and the HTTP service, with expectations from the settings.
 
 Where ``voxcpm_test_double_synthesizer`` is on (the lab), the service runs for real but speaks
@@ -13,22 +13,20 @@ import shlex
 
 import pytest
 
-from roles.voxcpm.service import (
-    MEDIA_TARGET,
-    UNIT,
-    VoxcpmPaths,
-    is_loopback,
-    probe_url,
-    server_args,
-    service_env,
-    start_decision,
-)
+from roles.common.service import is_loopback
+from roles.model import placed_path
+from roles.modes import gpu_blocker
+from roles.modes.budget import MODES
+from roles.voxcpm.paths import UNIT, VoxcpmPaths
+from roles.voxcpm.service import probe_url, server_args, service_env, start_decision
 from tests.infra.checks import (
     check_service_user,
     check_unit_properties,
     check_venv_matches_lock,
     env_file_values,
 )
+
+MEDIA_TARGET = MODES["media"]
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +36,12 @@ def vp(data) -> VoxcpmPaths:
 
 @pytest.fixture(scope="session")
 def should_run(host, data) -> bool:
-    return start_decision(data, host.exists("nvidia-smi")) is None
+    return start_decision(data, gpu_blocker(data, host.exists("nvidia-smi"))) is None
+
+
+@pytest.fixture(scope="session")
+def model_dir(data) -> str:
+    return placed_path(data, data.get("voxcpm_model_manifest"))
 
 
 def _curl(host, url: str, *args: str):
@@ -112,9 +115,9 @@ def test_voxcpm_api_the_server_calls_exists(host, vp):
         assert name in generate, f"VoxCPM.generate has no {name!r}: {generate}"
 
 
-def test_model_is_placed_read_only(host, vp):
-    config = host.file(f"{vp.model_dir}/config.json")
-    assert config.exists, f"{vp.model_dir}/config.json is missing: run deploys/voxcpm.py"
+def test_model_is_placed_read_only(host, vp, model_dir):
+    config = host.file(f"{model_dir}/config.json")
+    assert config.exists, f"{model_dir}/config.json is missing: run deploys/voxcpm.py"
     assert config.user == "root" and config.mode & 0o022 == 0, (
         f"{config.path} must be root-owned and not writable by others"
     )
@@ -123,7 +126,7 @@ def test_model_is_placed_read_only(host, vp):
 
 
 @pytest.mark.unit(UNIT)
-def test_unit_runs_the_rendered_command(host, data, vp):
+def test_unit_runs_the_rendered_command(host, data, vp, model_dir):
     assert host.file(vp.unit).exists, f"{vp.unit} is missing: run deploys/voxcpm.py"
     show = host.run(
         f"systemctl show {UNIT} -p User -p ExecStart -p EnvironmentFiles -p LoadState -p PartOf"
@@ -133,7 +136,7 @@ def test_unit_runs_the_rendered_command(host, data, vp):
     assert props.get("User") == data.get("voxcpm_user"), f"{UNIT} runs as {props.get('User')!r}"
     exec_start = props.get("ExecStart", "")
     assert f"path={vp.python} " in exec_start and vp.server in exec_start, exec_start
-    args = server_args(data, vp)
+    args = server_args(data, vp, model_dir)
     for flag, value in zip(args, args[1:] + [""], strict=True):
         if flag.startswith("--"):
             given = flag if value.startswith("--") or not value else f"{flag} {value}"
@@ -149,9 +152,7 @@ def test_unit_runs_the_rendered_command(host, data, vp):
 def test_unit_file_verifies(host):
     out = host.run(f"systemd-analyze verify {UNIT}")
     problems = [
-        x
-        for x in (out.stdout + out.stderr).splitlines()
-        if UNIT in x and MEDIA_TARGET not in x  # the mode target comes with the modes work
+        x for x in (out.stdout + out.stderr).splitlines() if UNIT in x and MEDIA_TARGET not in x
     ]
     assert not problems, f"systemd-analyze verify: {out.stdout}{out.stderr}"
 
@@ -214,13 +215,13 @@ def test_listens_on_the_configured_address_only(host, data, running):
 
 
 @pytest.mark.unit(UNIT)
-def test_synthesizer_is_what_the_settings_say(host, data, running):
+def test_synthesizer_is_what_the_settings_say(host, data, running, model_dir):
     status, body = _curl(host, probe_url(data, "/ready"))
     assert status == "200", f"/ready answered {status}: {body}"
     ready = json.loads(body)
     double = bool(data.get("voxcpm_test_double_synthesizer"))
     assert ready["synthesizer"] == ("test-double" if double else "voxcpm"), ready
-    assert ready["model_dir"] == VoxcpmPaths.from_data(data).model_dir, ready
+    assert ready["model_dir"] == model_dir, ready
     assert ready["sample_rate"] == 48000, ready
     if double:
         pytest.skip(

@@ -15,8 +15,10 @@ import subprocess
 
 import pytest
 
-from lab import scenario, voxcpm_lab
-from lab.machine import LabConfig, LabMachine
+from lab import comfyui_lab, scenario, voxcpm_lab
+from lab.config import LabConfig
+from lab.machine import LabMachine
+from lab.step import StepResult
 
 pytestmark = [
     pytest.mark.lab,
@@ -51,9 +53,9 @@ def lab():
 
 @pytest.fixture(scope="module")
 def converged(lab):
-    scenario.seed_comfyui_mirror(lab)  # issue 4: skipped (no ComfyUI) without a mirror
+    comfyui_lab.seed(lab)  # skipped (no ComfyUI) without a mirror
     seeded = scenario.seed_mirror(lab)
-    voxcpm_lab.seed(lab)  # issue 4: VoxCPM2's CPython build and model stand-in
+    voxcpm_lab.seed(lab)  # VoxCPM2's CPython build and model stand-in
     result = scenario.converge()
     assert result.ok, f"converge failed (exit {result.rc}); its output is above"
     print(f"\nseed {seeded.seconds:.1f} s, fresh converge {result.seconds:.1f} s")
@@ -71,7 +73,7 @@ def pyinfra(*args: str, check: bool = False) -> subprocess.CompletedProcess:
     )
 
 
-def _infra(*args: str) -> scenario.StepResult:
+def _infra(*args: str) -> StepResult:
     return scenario.verify(extra=list(args))
 
 
@@ -111,7 +113,7 @@ def test_pinned_vllm_facts_hold_in_the_deployed_venv(converged):
 
 
 def test_voxcpm_real_synthesizer_in_the_deployed_venv(converged):
-    """issue 4: tests/voxcpm on the lab's own voxcpm venv: rigup's server with its real
+    """tests/voxcpm on the lab's own voxcpm venv: rigup's server with its real
     synthesizer runs voxcpm 2.0.3 (load, generate, voice cloning, 48 kHz decode) on a tiny VoxCPM2
     built by voxcpm's own classes, on the CPU."""
     _suite_passes_on_the_lab("tests/voxcpm", "RIGUP_VOXCPM_ON_LAB")
@@ -148,7 +150,7 @@ BREAKS = {
         "test_unit_runs_the_rendered_command",
         "vllm.service does not pass --language-model-only",
     ),
-    # --- VoxCPM2 (issue 4) ---
+    # --- VoxCPM2 ---
     "voxcpm env file world-readable": (
         "chmod 644 /etc/rigup/voxcpm/voxcpm.env",
         "test_env_file_private_offline_and_complete",
@@ -200,7 +202,7 @@ def test_model_patch_shows_as_diff_and_is_declarative(converged):
     assert json.loads(converged.ssh(f"cat {config}").stdout) == kept
 
 
-# --- Models (issue 5): bytes per run, token handling, backup -> restore, a Hugging Face cache ---
+# --- Models: bytes per run, token handling, backup -> restore, a Hugging Face cache ---
 LLM_DIR = "/srv/rigup/models/qwen3.6-27b-int4-autoround/mirror-2026-11"
 REPORT = "/var/lib/rigup/model/qwen3.6-27b-int4-autoround@mirror-2026-11.json"
 
@@ -310,8 +312,8 @@ def test_placed_from_a_hugging_face_cache_resolved_offline(converged, tmp_path):
     )
 
 
-# --- GPU modes, VRAM budget and ComfyUI (issue 4) -------------------------------------------------
-COMFYUI = scenario.comfyui_mirror() is not None
+# --- GPU modes, VRAM budget and ComfyUI -------------------------------------------------
+COMFYUI = comfyui_lab.comfyui_mirror() is not None
 NO_COMFYUI = "no ComfyUI mirror on the controller (set RIGUP_COMFYUI_MIRROR): ComfyUI is left out"
 
 
@@ -343,7 +345,7 @@ def test_mode_switch_with_real_systemd(converged):
     if COMFYUI:
         # rigup-mode returns once ComfyUI's ExecStartPost saw GET /system_stats answer
         assert _active(lab, "comfyui.service") == "active"
-        port = scenario.lab_comfyui_port(lab.cfg)
+        port = comfyui_lab.lab_comfyui_port(lab.cfg)
         stats = json.loads(lab.ssh(f"curl -fsS http://127.0.0.1:{port}/system_stats").stdout)
         assert stats["devices"][0]["type"] == "cpu"
         # starting a media service directly switches the mode too (Requires= its target)
@@ -440,7 +442,7 @@ def test_flux2_manifest_placed_and_linked_where_comfyui_lists_it(converged):
     data = 'comfyui_models=["flux2-dev"]'
     proc = pyinfra("-y", "inventory/lab.py", "deploys/comfyui.py", "--data", data)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    port = scenario.lab_comfyui_port(converged.cfg)
+    port = comfyui_lab.lab_comfyui_port(converged.cfg)
     for folder, name in FLUX_FILES.items():
         link = f"/srv/rigup/comfyui/models/{folder}/{name}"
         target = converged.ssh(f"readlink {link}").stdout.strip()

@@ -28,7 +28,7 @@ def _ubuntu_2604(uid: int = 0, systemd: bool = True) -> dict:
     }
 
 
-# --- Models (issue 5) ---
+# --- Models ---
 #: roles/model/facts.py ModelCandidates: what the local source finds under model_local_dirs
 CANDIDATES = re.compile(r"echo store ")
 FREE_BYTES = "df -B1 --output=avail"
@@ -40,7 +40,7 @@ def _free(gb: int = 500) -> dict:
 
 def _mirror_present(free_gb: int = 500) -> dict:
     return {
-        **_voxcpm_copy_present(),  # issue 4: the VoxCPM2 local copy (its own answers first)
+        **_voxcpm_copy_present(),  # the VoxCPM2 local copy (its own answers first)
         CANDIDATES: [f"mirror {MIRROR}"],
         **_free(free_gb),
         f"test -d {MIRROR}": [
@@ -504,7 +504,7 @@ def fetch_fails():
     return {re.compile(r"model_fetch\.py place"): failure, **responses}, overrides
 
 
-# --- VoxCPM2 (issue 4) ---------------------------------------------------------------------------
+# --- VoxCPM2 ---------------------------------------------------------------------------
 VOXCPM_COPY = "/srv/mirror/VoxCPM2"
 VOXCPM_PLACED = "/srv/rigup/models/voxcpm2/unverified-2026-11"
 
@@ -634,7 +634,7 @@ SCENARIOS = {
 }
 
 
-# --- GPU modes, VRAM budget and ComfyUI (issue 4) -------------------------------------------------
+# --- GPU modes, VRAM budget and ComfyUI -------------------------------------------------
 def _mode_state(active: str, services: dict[str, str]) -> dict:
     """Answer of roles.modes.ModeTargets: ``active`` target up, each service with its state."""
     lines = []

@@ -1,4 +1,4 @@
-"""Model acquisition plans on @fake hosts (issue 5): the Hugging Face token never reaches
+"""Model acquisition plans on @fake hosts: the Hugging Face token never reaches
 pyinfra's output, even fully verbose with diffs, and what a fresh host would run."""
 
 from __future__ import annotations
@@ -51,15 +51,15 @@ def test_fresh_rig_places_the_llm_with_the_tool_venv_first(monkeypatch):
     assert rc == 0, err
     names = changes(parsed)
     order = [
-        "LLM checkpoint | Directory /etc/rigup/model/secrets",
-        "LLM checkpoint | Model tool venv (huggingface_hub, hf_xet, modelscope; uv, locked)",
-        "LLM checkpoint | Script model_fetch.py",
+        "Model tool | Directory /etc/rigup/model/secrets",
+        "Model tool | Model tool venv (huggingface_hub, hf_xet, modelscope; uv, locked)",
+        "Model tool | Script model_fetch.py",
         "LLM checkpoint | Manifest qwen3.6-27b-int4-autoround (JSON for model_fetch.py)",
         "LLM checkpoint | Place model qwen3.6-27b-int4-autoround@mirror-2026-11",
     ]
     assert [n for n in names if n in order] == order
     # no token in the controller's environment: the token file is left alone
-    assert "LLM checkpoint | Hugging Face token from $HF_TOKEN (0600)" not in names
+    assert "Model tool | Hugging Face token from $HF_TOKEN (0600)" not in names
 
 
 def test_a_failing_transfer_fails_the_run_with_its_message():

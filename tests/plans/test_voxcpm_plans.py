@@ -1,4 +1,4 @@
-"""Plans of the VoxCPM2 deploy (issue 4) on @fake hosts: what a run would do, what it refuses."""
+"""Plans of the VoxCPM2 deploy on @fake hosts: what a run would do, what it refuses."""
 
 from __future__ import annotations
 
@@ -7,17 +7,18 @@ import pytest
 from tests.plans.test_plans import assert_refused_before_any_change, changes, plan
 
 CPYTHON = "VoxCPM2 | CPython 3.12.16 (uv managed Python) for VoxCPM2"
+VENV = "VoxCPM2 | VoxCPM2 venv (voxcpm 2.0.3, Python 3.12.16; uv, locked)"
 
 
 def test_fresh_rig_plans_voxcpm_after_vllm_in_order(fresh_rig):
     names = changes(fresh_rig)
     order = [
         "vLLM | vllm.service enabled in rigup-llm.target (runs in the llm mode)",
+        "VoxCPM2 | Place model voxcpm2@unverified-2026-11",
         "VoxCPM2 | Service user voxcpm",
         CPYTHON,
-        "VoxCPM2 | voxcpm 2.0.3 venv (uv, locked, Python 3.12.16)",
+        VENV,
         "VoxCPM2 | VoxCPM2 HTTP server (voxcpm_server.py)",
-        "VoxCPM2 | Place model voxcpm2@unverified-2026-11",
         "VoxCPM2 | VoxCPM2 environment file",
         "VoxCPM2 | Unit voxcpm.service",
         "VoxCPM2 | voxcpm.service enabled in rigup-media.target (runs in the media mode)",
@@ -69,6 +70,4 @@ def test_venv_built_on_another_python_is_rebuilt():
     names = changes(parsed)
     remove = "VoxCPM2 | Remove the venv built on Python 3.11.9 (now 3.12.16)"
     assert remove in names
-    assert names.index(remove) < names.index(
-        "VoxCPM2 | voxcpm 2.0.3 venv (uv, locked, Python 3.12.16)"
-    )
+    assert names.index(remove) < names.index(VENV)

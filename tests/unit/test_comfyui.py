@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from roles.comfyui import COMFYUI_MODEL_SETS, GitCheckout
-from roles.comfyui.flags import comfyui_dirs, exec_start, main_args, service_env, system_stats_url
-from roles.common.settings import validate
+from roles.comfyui.flags import exec_start, main_args, service_env, system_stats_url
+from roles.comfyui.git import GitCheckout
+from roles.comfyui.paths import ComfyuiPaths
+from roles.settings import validate
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "files" / "model" / "manifests"
@@ -58,7 +59,7 @@ def test_exec_start_and_probe(settings):
 
 def test_service_env_is_offline_and_private(settings):
     env = service_env(settings)
-    home = comfyui_dirs(settings)["home"]
+    home = ComfyuiPaths.from_data(settings).home
     assert env["HF_HUB_OFFLINE"] == "1" and env["DO_NOT_TRACK"] == "1"
     assert env["HOME"] == home and env["TMPDIR"] == f"{home}/tmp"
     settings["comfyui_env"] = {"COMFYUI_EXTRA": "1"}
@@ -79,7 +80,8 @@ def test_service_env_is_offline_and_private(settings):
         ("comfyui_base_dir", "/srv/rigup/models", "directory of its own"),
         ("comfyui_cpu", "yes", "True or False"),
         ("comfyui_reserve_vram_gib", -1, "must be in [0.0"),
-        ("comfyui_models", ["flux 2"], "invalid names"),
+        ("comfyui_models", ["flux 2"], "must be a manifest name"),
+        ("comfyui_models", ["no-such-model"], "not found"),
         ("rigup_mode", "gaming", "must be one of llm, media"),
     ],
 )
@@ -111,15 +113,25 @@ def test_git_checkout_fact():
     assert GitCheckout().process(["@absent"]) is None
 
 
-# ---- model manifests (spec: issue 5, format 1) ---------------------------------------------------
+# ---- model manifests (format 1, docs/models.md) ---------------------------------------------------
 MANIFEST_KEYS = {
     "format", "name", "description", "state", "repo_id", "ref", "revision", "gated",
     "modelscope_id", "modelscope_revision", "include", "exclude", "files",
 }  # fmt: skip
 
 
+LTX_23 = (
+    "ltx-2.3-22b-dev-fp8",
+    "ltx-2.3-spatial-upscaler",
+    "ltx-2.3-distilled-lora",
+    "ltx-2-gemma-3-12b",
+)
+
+
 def _manifests() -> list[str]:
-    return sorted({m for names in COMFYUI_MODEL_SETS.values() for m in names})
+    from tests.conftest import load_group_data
+
+    return sorted(load_group_data()["comfyui_models"])
 
 
 @pytest.mark.parametrize("name", _manifests())
@@ -142,18 +154,17 @@ def test_comfyui_manifest_follows_the_format(name):
 
 
 def test_model_sets_cover_flux2_and_ltx23(settings):
-    assert settings["comfyui_models"] == ["flux2-dev", "ltx-2.3"]
+    assert settings["comfyui_models"] == ["flux2-dev", *LTX_23]
     dests = set()
-    for name in COMFYUI_MODEL_SETS["ltx-2.3"]:
+    for name in LTX_23:
         m = tomllib.loads((MANIFESTS / f"{name}.toml").read_text())
         dests |= {f["dest"].split("/")[0] for f in m["files"]}
     # what ComfyUI's LTX-2.3 templates load: checkpoint, text encoder, LoRAs, latent upscaler
     assert dests == {"checkpoints", "text_encoders", "loras", "latent_upscale_models"}
 
 
-def test_manifests_parse_with_the_model_machinery_when_present():
-    manifest = pytest.importorskip(
-        "roles.model.manifest", reason="roles.model.manifest (issue 5) is not on this branch yet"
-    )
+def test_manifests_parse_with_the_model_machinery():
+    from roles.model.manifest import load_manifest
+
     for name in _manifests():
-        manifest.load_manifest(str(MANIFESTS / f"{name}.toml"))
+        load_manifest(str(MANIFESTS / f"{name}.toml"))

@@ -15,14 +15,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from lab import __main__ as cli  # noqa: E402
-from lab import machine  # noqa: E402
-from lab.machine import (  # noqa: E402
-    TEMPLATE_PACKAGES,
-    UV_CACHE_MOUNT,
-    LabConfig,
-    LabError,
-    LabMachine,
-)
+from lab import config, host, machine, render  # noqa: E402
+from lab.config import TEMPLATE_PACKAGES, UV_CACHE_MOUNT, LabConfig, LabError  # noqa: E402
+from lab.machine import LabMachine  # noqa: E402
 
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEJgzY4noA/MDVFfbv9v5R//J0QcIqTGCWQ/kC3Lgozq root@x"
 ECDSA = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTY= root@x"
@@ -127,15 +122,15 @@ def test_template_packages_match_a_bare_ubuntu_server():
 
 
 def test_template_key_is_stable_and_tracks_suite_and_packages():
-    key = machine.template_key("trixie", ["b", "a"])
-    assert key == machine.template_key("trixie", ["a", "b"])
+    key = config.template_key("trixie", ["b", "a"])
+    assert key == config.template_key("trixie", ["a", "b"])
     assert key.startswith("trixie-") and len(key) == len("trixie-") + 12
-    assert key != machine.template_key("trixie", ["a", "b", "c"])
-    assert key != machine.template_key("bookworm", ["a", "b"])
+    assert key != config.template_key("trixie", ["a", "b", "c"])
+    assert key != config.template_key("bookworm", ["a", "b"])
 
 
 def test_debootstrap_argv(tmp_path: Path):
-    argv = machine.debootstrap_argv("trixie", tmp_path / "t", "http://m/debian", ["a", "b"])
+    argv = render.debootstrap_argv("trixie", tmp_path / "t", "http://m/debian", ["a", "b"])
     assert argv == [
         "debootstrap",
         "--variant=minbase",
@@ -150,7 +145,7 @@ def test_debootstrap_argv(tmp_path: Path):
 
 
 def test_nspawn_argv(cfg: LabConfig):
-    argv = machine.nspawn_argv(cfg)
+    argv = render.nspawn_argv(cfg)
     assert argv[0] == "systemd-nspawn"
     for arg in ("--register=no", "--keep-unit", "--boot", "--hostname=unit-lab"):
         assert arg in argv
@@ -162,12 +157,12 @@ def test_nspawn_argv(cfg: LabConfig):
 
 
 def test_nspawn_argv_without_uv_cache(cfg: LabConfig):
-    argv = machine.nspawn_argv(LabConfig(**{**cfg.__dict__, "uv_cache": False}))
+    argv = render.nspawn_argv(LabConfig(**{**cfg.__dict__, "uv_cache": False}))
     assert not [a for a in argv if a.startswith("--bind")]
 
 
 def test_ssh_argv_is_strict(cfg: LabConfig):
-    argv = machine.ssh_argv(cfg, "systemctl is-system-running")
+    argv = render.ssh_argv(cfg, "systemctl is-system-running")
     assert argv[0] == "ssh"
     assert argv[argv.index("-i") + 1] == str(cfg.ssh_key)
     assert argv[argv.index("-p") + 1] == "2299"
@@ -178,62 +173,62 @@ def test_ssh_argv_is_strict(cfg: LabConfig):
 
 
 def test_ssh_argv_interactive_shell(cfg: LabConfig):
-    argv = machine.ssh_argv(cfg, None, tty=True)
+    argv = render.ssh_argv(cfg, None, tty=True)
     assert argv[-1] == "root@127.0.0.1"
     assert "-t" in argv and "BatchMode=yes" not in argv
 
 
 def test_is_nspawn_of(tmp_path: Path):
     root = tmp_path / "rootfs"
-    assert machine.is_nspawn_of(["/usr/bin/systemd-nspawn", f"--directory={root}"], root)
-    assert machine.is_nspawn_of(["systemd-nspawn", "-b", "-D", str(root)], root)
-    assert not machine.is_nspawn_of(["systemd-nspawn", "-D", str(tmp_path / "other")], root)
-    assert not machine.is_nspawn_of(["sleep", f"--directory={root}"], root)
-    assert not machine.is_nspawn_of([], root)
+    assert host.is_nspawn_of(["/usr/bin/systemd-nspawn", f"--directory={root}"], root)
+    assert host.is_nspawn_of(["systemd-nspawn", "-b", "-D", str(root)], root)
+    assert not host.is_nspawn_of(["systemd-nspawn", "-D", str(tmp_path / "other")], root)
+    assert not host.is_nspawn_of(["sleep", f"--directory={root}"], root)
+    assert not host.is_nspawn_of([], root)
 
 
 # -- file contents ---------------------------------------------------------------------------
 
 
 def test_known_hosts_line_uses_bracketed_port_and_drops_comment():
-    line = machine.known_hosts_line(2222, ED25519 + "\n")
+    line = render.known_hosts_line(2222, ED25519 + "\n")
     assert line == f"[127.0.0.1]:2222 {' '.join(ED25519.split()[:2])}\n"
-    assert machine.known_hosts_line(22, ED25519).startswith("127.0.0.1 ssh-ed25519 ")
+    assert render.known_hosts_line(22, ED25519).startswith("127.0.0.1 ssh-ed25519 ")
 
 
 def test_known_hosts_line_rejects_garbage():
     with pytest.raises(LabError, match="public key"):
-        machine.known_hosts_line(2222, "hello")
+        render.known_hosts_line(2222, "hello")
 
 
 def test_known_hosts_text_puts_ed25519_first():
-    text = machine.known_hosts_text(2230, [RSA, ECDSA, ED25519, ""])
+    text = render.known_hosts_text(2230, [RSA, ECDSA, ED25519, ""])
     types = [line.split()[1] for line in text.splitlines()]
     assert types == ["ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa"]
     assert all(line.startswith("[127.0.0.1]:2230 ") for line in text.splitlines())
 
 
 def test_sshd_dropin():
-    text = machine.sshd_dropin_text(2230)
+    text = render.sshd_dropin_text(2230)
     assert "Port 2230\n" in text
     assert "ListenAddress 127.0.0.1\n" in text
     assert "PasswordAuthentication no\n" in text
 
 
 def test_dropin_port_round_trip():
-    assert machine.dropin_port(machine.sshd_dropin_text(2345)) == 2345
-    assert machine.dropin_port("# nothing\n") is None
+    assert render.dropin_port(render.sshd_dropin_text(2345)) == 2345
+    assert render.dropin_port("# nothing\n") is None
 
 
 def test_hosts_text_resolves_hostname():
-    assert "127.0.1.1\tbox\n" in machine.hosts_text("box")
+    assert "127.0.1.1\tbox\n" in render.hosts_text("box")
 
 
 def test_tail_strips_escapes_and_keeps_last_lines(tmp_path: Path):
     log = tmp_path / "log"
     log.write_text("".join(f"\x1b[0;32mline {i}\x1b[0m\n" for i in range(30)))
-    assert machine.tail(log, 2) == "line 28\nline 29"
-    assert machine.tail(tmp_path / "missing") == ""
+    assert host.tail(log, 2) == "line 28\nline 29"
+    assert host.tail(tmp_path / "missing") == ""
 
 
 def test_write_tar_keeps_modes_and_owns_by_root(tmp_path: Path):
@@ -271,26 +266,26 @@ def test_port_in_use_detects_a_listener():
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        assert machine.port_in_use(port) is True
+        assert host.port_in_use(port) is True
     # closed: free again (SO_REUSEADDR ignores TIME_WAIT)
-    assert machine.port_in_use(port) is False
+    assert host.port_in_use(port) is False
 
 
 def test_port_in_use_detects_a_wildcard_listener():
     with socket.socket() as sock:
         sock.bind(("0.0.0.0", 0))
         sock.listen()
-        assert machine.port_in_use(sock.getsockname()[1]) is True
+        assert host.port_in_use(sock.getsockname()[1]) is True
 
 
 def test_port_in_use_detects_a_bound_socket():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        assert machine.port_in_use(sock.getsockname()[1]) is True
+        assert host.port_in_use(sock.getsockname()[1]) is True
 
 
 def test_port_taken_message(cfg: LabConfig):
-    msg = machine.port_taken_message(cfg, "python3 (pid 42)")
+    msg = host.port_taken_message(cfg, "python3 (pid 42)")
     assert "2299" in msg and "RIGUP_LAB_SSH_PORT" in msg and "python3 (pid 42)" in msg
     assert "unit-lab" in msg
 
@@ -299,28 +294,26 @@ def test_port_taken_message(cfg: LabConfig):
 
 
 def test_check_root():
-    machine.check_root(0)
+    host.check_root(0)
     with pytest.raises(LabError, match="needs root"):
-        machine.check_root(1000)
+        host.check_root(1000)
 
 
 def test_check_tools_missing_nspawn_or_debootstrap():
     with pytest.raises(LabError, match="apt-get install systemd-container debootstrap"):
-        machine.check_tools(lambda t: None if t == "debootstrap" else f"/usr/bin/{t}")
+        host.check_tools(lambda t: None if t == "debootstrap" else f"/usr/bin/{t}")
     with pytest.raises(LabError, match="systemd-nspawn"):
-        machine.check_tools(lambda t: None if t == "systemd-nspawn" else f"/usr/bin/{t}")
+        host.check_tools(lambda t: None if t == "systemd-nspawn" else f"/usr/bin/{t}")
 
 
 def test_check_tools_missing_ssh():
     with pytest.raises(LabError, match="openssh-client"):
-        machine.check_tools(lambda t: None if t == "ssh" else f"/usr/bin/{t}")
-    machine.check_tools(lambda t: f"/usr/bin/{t}")
+        host.check_tools(lambda t: None if t == "ssh" else f"/usr/bin/{t}")
+    host.check_tools(lambda t: f"/usr/bin/{t}")
 
 
 def test_debootstrap_failure_message_shows_log_tail(tmp_path: Path):
-    msg = machine.debootstrap_failure_message(
-        "E: Failed getting release file", tmp_path, "http://m"
-    )
+    msg = render.debootstrap_failure_message("E: Failed getting release file", tmp_path, "http://m")
     assert "debootstrap failed" in msg and "E: Failed getting release file" in msg
     assert "RIGUP_LAB_MIRROR" in msg
 
@@ -345,8 +338,8 @@ def test_stale_pid_file_is_not_running(cfg: LabConfig):
 
 
 def test_pid_alive():
-    assert machine.pid_alive(os.getpid())
-    assert not machine.pid_alive(2**22 + 1)
+    assert host.pid_alive(os.getpid())
+    assert not host.pid_alive(2**22 + 1)
 
 
 def test_push_errors(cfg: LabConfig, tmp_path: Path):
@@ -369,7 +362,7 @@ def test_mounts_under_finds_leftover_mounts_deepest_first(tmp_path: Path):
         f"32 22 0:7 / {tmp_path}/rootfs-other rw - tmpfs t rw\n"
         f"33 22 0:8 / {root}/with\\040space rw - tmpfs t rw\n"
     )
-    found = machine.mounts_under(root, info)
+    found = host.mounts_under(root, info)
     assert found[0] == root / "proc/sys/fs/binfmt_misc"
     assert set(found) == {root / "proc", root / "proc/sys/fs/binfmt_misc", root / "with space"}
 
@@ -378,12 +371,12 @@ def test_rmtree_deletes_plain_trees(tmp_path: Path):
     tree = tmp_path / "t"
     (tree / "a").mkdir(parents=True)
     (tree / "a" / "f").write_text("x")
-    machine._rmtree(tree)
+    host.rmtree(tree)
     assert not tree.exists()
 
 
 def test_machine_lock_path(cfg: LabConfig, tmp_path: Path):
-    path = machine.machine_lock_path(cfg, run_lock=tmp_path)
+    path = host.machine_lock_path(cfg, run_lock=tmp_path)
     assert path.parent == tmp_path and path.name.startswith("rigup-lab-unit-lab-")
     assert not str(path).startswith(str(cfg.state_dir))
 
@@ -418,7 +411,7 @@ def test_cli_bad_config_exits_2_without_traceback(lab_env, monkeypatch, capsys):
 
 @pytest.mark.parametrize("command", ["up", "stop", "destroy"])
 def test_cli_needs_root(lab_env, monkeypatch, capsys, command):
-    monkeypatch.setattr(machine.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(host.os, "geteuid", lambda: 1000)
     assert cli.main([command]) == 2
     assert "needs root" in capsys.readouterr().err
 
@@ -438,6 +431,6 @@ def test_cli_push_parses_arguments():
 def test_port_clash_names_the_lab_machine_holding_it(tmp_path: Path):
     dropin = tmp_path / "rigup-lab" / "rootfs" / "etc" / "ssh" / "sshd_config.d" / "rigup-lab.conf"
     dropin.parent.mkdir(parents=True)
-    dropin.write_text(machine.sshd_dropin_text(2222))
-    assert machine.lab_machine_on_port(tmp_path, 2222) == "rigup-lab"
-    assert machine.lab_machine_on_port(tmp_path, 2224) is None
+    dropin.write_text(render.sshd_dropin_text(2222))
+    assert host.lab_machine_on_port(tmp_path, 2222) == "rigup-lab"
+    assert host.lab_machine_on_port(tmp_path, 2224) is None

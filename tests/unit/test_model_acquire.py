@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from lab.hf_cache import build_hf_cache, sha256_of
-from roles.common.paths import Paths
-from roles.model import PlacedModel, fetch_argv, model_fetch, placed_mismatches, placed_path
+from roles.model import PlacedModel, placed_path
+from roles.model.commands import fetch_argv, model_fetch, placed_mismatches
 from roles.model.facts import FreeBytes, ModelCandidates
 from roles.model.manifest import MANIFEST_DIR, ManifestError, load_manifest, parse_manifest
 
@@ -109,7 +109,6 @@ def test_comfyui_style_dest_and_placed_path(settings):
     assert (
         placed_path(settings, LLM) == "/srv/rigup/models/qwen3.6-27b-int4-autoround/mirror-2026-11"
     )
-    assert Paths.from_data(settings).model_dir == placed_path(settings, LLM)
 
 
 # ---- the fetch command line and the token ---------------------------------------------------
@@ -121,9 +120,8 @@ def test_fetch_command_passes_the_token_file_never_the_token(settings, monkeypat
         model_local_dirs=["/mnt/backup/rigup models", "/srv/mirror"],
         model_replace_mismatched=True,
     )
-    p = Paths.from_data(settings)
     m = load_manifest(LLM)
-    cmd = fetch_argv(settings, p, m, "/etc/rigup/model/manifests/x.json", "/srv/rigup/models/x/y")
+    cmd = fetch_argv(settings, m, "/etc/rigup/model/manifests/x.json", "/srv/rigup/models/x/y")
     assert "hf_sEcReT" not in cmd
     assert "--hf-token-file /etc/rigup/model/secrets/hf-token" in cmd
     assert "--modelscope-token-file /etc/rigup/model/secrets/modelscope-token" in cmd
@@ -139,7 +137,6 @@ def test_fetch_command_passes_the_token_file_never_the_token(settings, monkeypat
 def test_fetch_command_without_hub_has_no_token_file(settings):
     cmd = fetch_argv(
         settings | {"model_sources": ["local"]},
-        Paths.from_data(settings),
         load_manifest(LLM),
         "/m.json",
         "/d",

@@ -545,39 +545,6 @@ def test_driver_not_loaded_refusals(fixture, path, message):
     assert not any("could not communicate" in p for p in problems)
 
 
-class _Host:
-    """Stands in for pyinfra's host inside an operation: facts by class, no-ops recorded."""
-
-    def __init__(self, facts: dict):
-        self.facts, self.noops = facts, []
-
-    def get_fact(self, fact, **kwargs):
-        return self.facts[fact]
-
-    def noop(self, message):
-        self.noops.append(message)
-
-
-def test_driver_held_holds_the_driver_and_the_flavours_metapackages(monkeypatch):
-    from roles.nvidia import operations
-    from roles.nvidia.preflight import HOLD_PREFIXES
-
-    desktop = kernel("kernel-desktop-hwe.txt")
-    flavour = kernel_flavour(desktop["kernel"], desktop["packages"])
-    installed = {"nvidia-driver-580-open": "1", flavour.modules_package(580): "1", "gcc": "1"}
-    host = _Host({NvidiaPackages: {"installed": installed, "held": []}, KernelPackages: desktop})
-    monkeypatch.setattr(operations, "host", host)
-    commands = list(operations.driver_held._inner(HOLD_PREFIXES, kernel_hold(SETTINGS, flavour)))
-    assert commands == [
-        "apt-mark hold linux-modules-nvidia-580-open-generic-hwe-26.04 nvidia-driver-580-open "
-        "linux-generic-hwe-26.04 linux-headers-generic-hwe-26.04 linux-image-generic-hwe-26.04"
-    ]
-    held = [*installed, *flavour.metapackages]
-    host.facts[NvidiaPackages] = {"installed": installed, "held": held}
-    assert list(operations.driver_held._inner(HOLD_PREFIXES, flavour.metapackages)) == []
-    assert host.noops == ["driver packages already held"]
-
-
 def test_layer_and_driver_usable():
     assert driver_usable(2, has_driver=True) and driver_usable(2, False, planned=True)
     assert not driver_usable(0, True) and not driver_usable(2, False)

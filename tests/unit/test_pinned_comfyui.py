@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.scenario import COMFYUI_MIRROR_ENV, comfyui_mirror
+from lab.comfyui_lab import COMFYUI_MIRROR_ENV, comfyui_mirror
 from roles.comfyui.flags import main_args
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@ a message naming the key."""
 
 import pytest
 
-from roles.common.settings import RULES, SettingsError, require_valid_settings, validate
+from roles.settings import RULES, SettingsError, require_valid_settings, validate
 
 
 def test_shipped_settings_are_valid(settings):
@@ -48,7 +48,6 @@ def test_seed_values(settings):
         ("model_store_dir", "relative/path", "absolute path"),
         ("model_store_dir", "/srv/../etc", "plain absolute path"),
         ("model_store_dir", "/", "other than /"),
-        # --- Models (issue 5) ---
         ("model_sources", ["local", "s3"], "distinct values of local, huggingface, modelscope"),
         ("model_sources", [], "at least one"),
         ("model_local_dirs", ["relative"], "absolute path"),
@@ -135,7 +134,7 @@ def test_require_valid_settings_lists_all_and_says_nothing_changed(settings):
         ("nvlink_expected_links", 0, "between 1 and 18"),
         ("nvidia_cuda_keyring_sha256", "abc", "sha256"),
         ("nvidia_cuda_repo_url", "http://example.com/x", "https:// URL"),
-        ("cuda_toolkit_version", "13", "release number"),
+        ("cuda_toolkit_version", "13.1.0", "pins cuda-toolkit==13.0.2"),
         ("nvidia_gpu_compute_capability", 8.6, "a compute capability such as"),
         ("nvidia_gpu_compute_capability", "sm_86", "a compute capability such as"),
     ],
@@ -176,6 +175,56 @@ def test_cuda_toolkit_version_matches_its_lock(settings):
 
     lock = (Path(__file__).resolve().parents[2] / "files/nvidia/cuda-toolkit.lock").read_text()
     assert f"cuda-toolkit=={settings['cuda_toolkit_version']} " in lock
+
+
+@pytest.mark.parametrize(
+    "key,value,lock",
+    [
+        ("vllm_version", "0.22.2", "requirements.lock pins vllm==0.22.1"),
+        ("voxcpm_version", "2.1.0", "requirements.lock pins voxcpm==2.0.3"),
+    ],
+)
+def test_versions_are_checked_against_their_locks(settings, key, value, lock):
+    """A release number in the settings only documents the lock; editing it alone is refused."""
+    settings[key] = value
+    (problem,) = validate(settings)
+    assert problem.startswith(f"{key}: '{value}' but ") and lock in problem
+    assert "regenerate it" in problem
+
+
+@pytest.mark.parametrize(
+    "typo,meant",
+    [
+        ("vllm_prot", "vllm_port"),
+        ("nvidia_power_limit", "nvidia_power_limit_w"),
+        ("comfyui_prot", "comfyui_port"),
+        ("model_source", "model_sources"),
+    ],
+)
+def test_misspelled_keys_are_refused_with_the_likely_key(settings, typo, meant):
+    settings[typo] = 9000
+    (problem,) = validate(settings)
+    assert problem.startswith(f"{typo}: not a rigup setting (did you mean {meant}?)"), problem
+
+
+def test_keys_of_other_tools_are_not_rigup_settings(settings):
+    settings.update(ssh_port=2222, ssh_user="root", _sudo=True)
+    assert validate(settings) == []
+
+
+@pytest.mark.parametrize(
+    "key", ["model_store_dir", "rigup_prefix", "comfyui_base_dir", "uv_cache_dir"]
+)
+@pytest.mark.parametrize("path", ["/etc", "/usr", "/var", "/opt", "/boot", "/var/lib/", "//usr"])
+def test_system_directories_are_never_rigup_directories(settings, key, path):
+    settings[key] = path
+    problems = validate(settings)
+    assert any(p.startswith(f"{key}: ") and "system directory" in p for p in problems), problems
+
+
+def test_a_mount_point_stays_a_valid_source_and_backup(settings):
+    settings.update(model_local_dirs=["/mnt"], model_backup_dir="/media/backup")
+    assert validate(settings) == []
 
 
 @pytest.mark.parametrize("dtype", ["fp8", "fp8_e4m3"])

@@ -3,14 +3,17 @@
 import json
 import shlex
 
-from roles.common.paths import Paths
-from roles.vllm import health_url
-from roles.vllm.flags import exec_start, serve_args, service_env, systemd_quote
+from roles.common.service import systemd_quote
+from roles.model import placed_path
+from roles.vllm.flags import exec_start, health_url, serve_args, service_env
+from roles.vllm.paths import VllmPaths
+
+MODEL = "/srv/rigup/models/qwen3.6-27b-int4-autoround/mirror-2026-11"
 
 
 def test_seed_command_line(settings):
-    args = serve_args(settings)
-    assert args[0] == "/srv/rigup/models/qwen3.6-27b-int4-autoround/mirror-2026-11"
+    args = serve_args(settings, MODEL)
+    assert args[0] == MODEL == placed_path(settings, settings["model_llm_manifest"])
     pairs = dict(zip(args[1::2], args[2::2], strict=False))
     assert pairs["--tensor-parallel-size"] == "2"
     assert pairs["--kv-cache-dtype"] == "fp8_e5m2"
@@ -25,17 +28,17 @@ def test_seed_command_line(settings):
 
 def test_strip_method_has_no_language_model_only_flag(settings):
     settings["vllm_text_only_method"] = "strip_vision_config"
-    assert "--language-model-only" not in serve_args(settings)
+    assert "--language-model-only" not in serve_args(settings, MODEL)
 
 
 def test_no_speculative_config_when_off(settings):
     settings["vllm_speculative_config"] = None
-    assert "--speculative-config" not in serve_args(settings)
+    assert "--speculative-config" not in serve_args(settings, MODEL)
 
 
 def test_extra_args_come_last(settings):
     settings["vllm_extra_args"] = ["--enforce-eager"]
-    assert serve_args(settings)[-1] == "--enforce-eager"
+    assert serve_args(settings, MODEL)[-1] == "--enforce-eager"
 
 
 def test_systemd_quoting_round_trips_through_a_shell_like_split():
@@ -54,10 +57,10 @@ def test_plain_args_stay_unquoted():
 
 
 def test_exec_start(settings):
-    p = Paths.from_data(settings)
-    line = exec_start(p.vllm_bin, serve_args(settings))
+    line = exec_start(VllmPaths.from_data(settings).venv, serve_args(settings, MODEL))
     assert line.startswith("/opt/rigup/vllm/venv/bin/vllm serve /srv/rigup/models/")
     assert '"{\\"method\\":\\"mtp\\",\\"num_speculative_tokens\\":3}"' in line
+    assert line.endswith(" $RIGUP_VLLM_INTERCONNECT_ARGS")
 
 
 def test_service_env_is_offline_and_local(settings):
@@ -82,4 +85,4 @@ def test_health_url_probes_loopback_for_wildcard_binds(settings):
 
 
 def test_args_file_is_json_list(settings):
-    assert json.loads(json.dumps(serve_args(settings))) == serve_args(settings)
+    assert json.loads(json.dumps(serve_args(settings, MODEL))) == serve_args(settings, MODEL)

@@ -1,4 +1,4 @@
-"""files/vllm/wait-ready, the ExecStartPost= readiness wait of vllm.service and comfyui.service,
+"""files/common/wait-ready, the ExecStartPost= readiness wait of vllm.service and comfyui.service,
 run for real against a loopback HTTP server and real processes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "files" / "vllm" / "wait-ready"
+SCRIPT = Path(__file__).resolve().parents[2] / "files" / "common" / "wait-ready"
 
 
 @pytest.fixture

@@ -33,7 +33,8 @@ def results(tmp_path_factory) -> dict[str, tuple[int, dict]]:
         for model, method in cases.values()
     )
     if ON_LAB:
-        from lab.machine import LabConfig, LabMachine
+        from lab.config import LabConfig
+        from lab.machine import LabMachine
 
         machine = LabMachine(LabConfig.from_env(), log=lambda _: None)
         machine.ssh(f"mkdir -p {shlex.quote(str(tmp))}")

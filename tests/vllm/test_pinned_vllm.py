@@ -200,7 +200,8 @@ def runs(tmp_path_factory) -> dict[str, Run]:
     env_for["offline_missing"] = os.environ | {"HF_HUB_OFFLINE": "1"}
 
     if ON_LAB:
-        from lab.machine import LabConfig, LabMachine
+        from lab.config import LabConfig
+        from lab.machine import LabMachine
 
         machine = LabMachine(LabConfig.from_env(), log=lambda _: None)
         machine.ssh(f"mkdir -p {shlex.quote(str(tmp))}")

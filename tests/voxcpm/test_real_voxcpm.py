@@ -36,7 +36,7 @@ def _port() -> int:
     """Not the service's port (it may run beside this test); labs share this machine's network,
     so on a lab the port follows its SSH port, as inventory/lab.py does for the service."""
     if ON_LAB:
-        from lab.machine import LabConfig
+        from lab.config import LabConfig
 
         return LabConfig.from_env().ssh_port + 20000
     return 18100
@@ -58,7 +58,8 @@ class Target:
     def __init__(self):
         self.machine = None
         if ON_LAB:
-            from lab.machine import LabConfig, LabMachine
+            from lab.config import LabConfig
+            from lab.machine import LabMachine
 
             self.machine = LabMachine(LabConfig.from_env(), log=lambda _: None)
 

@@ -1,0 +1,192 @@
+"""Where one lab machine lives and what its template is made of: :class:`LabConfig`, read from
+``RIGUP_LAB_*`` environment variables, and :class:`LabError`, the error every lab step raises.
+
+Layout on the host (all paths configurable, see :class:`LabConfig`)::
+
+    <cache_dir>/templates/<suite>-<hash>/   debootstrapped template rootfs, shared by machines
+    <cache_dir>/uv/                          uv cache, bind-mounted at /var/cache/rigup/uv inside
+    <state_dir>/rootfs/                      the machine's own copy of the template
+    <state_dir>/ssh/id_ed25519{,.pub}        client key; root's authorized_keys inside
+    <state_dir>/ssh/known_hosts              the container's host keys, for [127.0.0.1]:<port>
+    <state_dir>/nspawn.pid, nspawn.log       the running systemd-nspawn and its console output
+
+Standard library only (as are lab.render, lab.host, lab.rootfs and lab.machine): the lab machine
+is built before any rigup tooling is installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+SUITE = "trixie"
+DEFAULT_NAME = "rigup-lab"
+DEFAULT_SSH_PORT = 2222
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+DEFAULT_CACHE_DIR = Path("/var/cache/rigup-lab")
+DEFAULT_STATE_ROOT = Path("/var/lib/rigup-lab")
+SSH_HOST = "127.0.0.1"
+#: where the host's ``<cache_dir>/uv`` appears inside the container
+UV_CACHE_MOUNT = "/var/cache/rigup/uv"
+
+#: What a bare Ubuntu server already has. The deploy under test installs everything else itself
+#: (python3-venv deliberately stays out, so the deploy must install it).
+TEMPLATE_PACKAGES: tuple[str, ...] = (
+    "systemd",
+    "systemd-sysv",
+    "libpam-systemd",
+    "dbus",
+    "openssh-server",
+    "ca-certificates",
+    "python3",
+    "sudo",
+    "iproute2",
+    "procps",
+    "curl",
+    "gpg",
+    "kmod",
+    "less",
+    "tzdata",
+)
+
+#: Bump when the template recipe changes (not only the package list): a new hash, a new template.
+TEMPLATE_RECIPE = "1"
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+class LabError(Exception):
+    """A lab operation failed for a reason the user can act on; the message says how."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LabConfig:
+    """Where and how one lab machine lives. Build it with :meth:`from_env`.
+
+    Attributes:
+        name: machine name, also its hostname (``RIGUP_LAB_NAME``).
+        ssh_port: TCP port on 127.0.0.1 where the container's sshd listens (``RIGUP_LAB_SSH_PORT``).
+        state_dir: the machine's own directory: rootfs, keys, pid file, log
+            (``RIGUP_LAB_STATE_DIR``).
+        cache_dir: shared cache of templates and the uv cache (``RIGUP_LAB_CACHE_DIR``).
+        suite: Debian suite of the template.
+        mirror: Debian mirror for debootstrap (``RIGUP_LAB_MIRROR``).
+        uv_cache: bind-mount ``<cache_dir>/uv`` at ``/var/cache/rigup/uv`` (``RIGUP_LAB_UV_CACHE``).
+    """
+
+    name: str = DEFAULT_NAME
+    ssh_port: int = DEFAULT_SSH_PORT
+    state_dir: Path = DEFAULT_STATE_ROOT / DEFAULT_NAME
+    cache_dir: Path = DEFAULT_CACHE_DIR
+    suite: str = SUITE
+    mirror: str = DEFAULT_MIRROR
+    uv_cache: bool = True
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> LabConfig:
+        """Read the configuration from ``RIGUP_LAB_*`` variables (``os.environ`` by default).
+
+        Raises:
+            LabError: a variable holds a value that cannot be used (bad name, port, boolean).
+        """
+        env = os.environ if env is None else env
+        name = env.get("RIGUP_LAB_NAME", "") or DEFAULT_NAME
+        if not _NAME_RE.match(name):
+            raise LabError(
+                f"RIGUP_LAB_NAME={name!r} is not a usable machine name: use 1-63 lowercase "
+                "letters, digits and dashes, starting with a letter or digit."
+            )
+        port_text = env.get("RIGUP_LAB_SSH_PORT", "") or str(DEFAULT_SSH_PORT)
+        try:
+            port = int(port_text)
+        except ValueError:
+            port = 0
+        if not 1 <= port <= 65535:
+            raise LabError(
+                f"RIGUP_LAB_SSH_PORT={port_text!r} is not a TCP port: set it to a free port "
+                "number between 1024 and 65535, e.g. RIGUP_LAB_SSH_PORT=2223."
+            )
+        uv_text = env.get("RIGUP_LAB_UV_CACHE")
+        if uv_text is None:
+            uv_cache = True
+        elif uv_text.strip().lower() in _TRUE:
+            uv_cache = True
+        elif uv_text.strip().lower() in _FALSE:
+            uv_cache = False
+        else:
+            raise LabError(
+                f"RIGUP_LAB_UV_CACHE={uv_text!r} is not a boolean: use 1 to bind-mount the shared "
+                f"uv cache at {UV_CACHE_MOUNT} in the machine (the default) or 0 to leave it out."
+            )
+        state = env.get("RIGUP_LAB_STATE_DIR", "")
+        cache = env.get("RIGUP_LAB_CACHE_DIR", "")
+        return cls(
+            name=name,
+            ssh_port=port,
+            state_dir=Path(state).absolute() if state else DEFAULT_STATE_ROOT / name,
+            cache_dir=Path(cache).absolute() if cache else DEFAULT_CACHE_DIR,
+            suite=SUITE,
+            mirror=env.get("RIGUP_LAB_MIRROR", "") or DEFAULT_MIRROR,
+            uv_cache=uv_cache,
+        )
+
+    @property
+    def ssh_key(self) -> Path:
+        """Private ed25519 key that logs in as root (``<state_dir>/ssh/id_ed25519``, mode 0600)."""
+        return self.state_dir / "ssh" / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        """known_hosts holding the container's host keys for ``[127.0.0.1]:<ssh_port>``."""
+        return self.state_dir / "ssh" / "known_hosts"
+
+    @property
+    def rootfs(self) -> Path:
+        """The machine's root file system (``<state_dir>/rootfs``)."""
+        return self.state_dir / "rootfs"
+
+    @property
+    def pid_file(self) -> Path:
+        """File holding the PID of the running systemd-nspawn."""
+        return self.state_dir / "nspawn.pid"
+
+    @property
+    def nspawn_log(self) -> Path:
+        """Console output of systemd-nspawn (boot messages, errors)."""
+        return self.state_dir / "nspawn.log"
+
+    @property
+    def templates_dir(self) -> Path:
+        """Directory of cached template root file systems."""
+        return self.cache_dir / "templates"
+
+    @property
+    def template_key(self) -> str:
+        """``<suite>-<hash>``: names the template built from this suite and package list."""
+        return template_key(self.suite, TEMPLATE_PACKAGES)
+
+    @property
+    def template(self) -> Path:
+        """The cached template rootfs this machine is copied from."""
+        return self.templates_dir / self.template_key
+
+    @property
+    def uv_cache_dir(self) -> Path:
+        """Host side of the uv cache bind mount (``<cache_dir>/uv``)."""
+        return self.cache_dir / "uv"
+
+
+def template_key(suite: str, packages: Sequence[str]) -> str:
+    """Name of the template for ``suite`` and ``packages``: ``<suite>-<12 hex digits>``.
+
+    The hash covers the suite, the sorted package list and :data:`TEMPLATE_RECIPE`, so changing
+    any of them builds a fresh template instead of reusing a stale one.
+    """
+    material = "\n".join([f"recipe={TEMPLATE_RECIPE}", f"suite={suite}", *sorted(set(packages))])
+    return f"{suite}-{hashlib.sha256(material.encode()).hexdigest()[:12]}"

@@ -1,0 +1,135 @@
+"""The lab machine's command lines and file contents: pure functions of a :class:`LabConfig`
+(or of plain values), with no side effects.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from lab.config import SSH_HOST, UV_CACHE_MOUNT, LabConfig, LabError
+
+
+def debootstrap_argv(suite: str, target: Path, mirror: str, packages: Sequence[str]) -> list[str]:
+    """The debootstrap command line that builds a minimal template rootfs in ``target``."""
+    return [
+        "debootstrap",
+        "--variant=minbase",
+        f"--include={','.join(packages)}",
+        suite,
+        str(target),
+        mirror,
+    ]
+
+
+def nspawn_argv(cfg: LabConfig) -> list[str]:
+    """The systemd-nspawn command line that boots the machine.
+
+    ``--register=no --keep-unit`` because the host need not run systemd (no machined, no scope
+    units); no ``--network-*`` option, so the container shares the host network namespace and
+    its sshd is reachable on host ``127.0.0.1:<ssh_port>``.
+    """
+    argv = [
+        "systemd-nspawn",
+        "--register=no",
+        "--keep-unit",
+        "--boot",
+        "--console=read-only",
+        f"--directory={cfg.rootfs}",
+        f"--machine={cfg.name}",
+        f"--hostname={cfg.name}",
+        "--kill-signal=SIGRTMIN+3",
+    ]
+    if cfg.uv_cache:
+        argv.append(f"--bind={cfg.uv_cache_dir}:{UV_CACHE_MOUNT}")
+    return argv
+
+
+def ssh_argv(cfg: LabConfig, command: str | None = None, *, tty: bool = False) -> list[str]:
+    """The ssh command line that runs ``command`` (or a login shell) as root in the machine.
+
+    Host keys are checked strictly against :attr:`LabConfig.known_hosts`.
+    """
+    argv = [
+        "ssh",
+        "-i",
+        str(cfg.ssh_key),
+        "-p",
+        str(cfg.ssh_port),
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        f"UserKnownHostsFile={cfg.known_hosts}",
+        "-o",
+        "GlobalKnownHostsFile=/dev/null",
+        "-o",
+        "ConnectTimeout=5",
+        "-o",
+        "LogLevel=ERROR",
+    ]
+    argv += ["-t"] if tty else ["-o", "BatchMode=yes", "-T"]
+    argv.append(f"root@{SSH_HOST}")
+    if command is not None:
+        argv += ["--", command]
+    return argv
+
+
+def known_hosts_line(port: int, pubkey: str, host: str = SSH_HOST) -> str:
+    """One known_hosts line for ``host:port`` from a ``.pub`` file's text (comment dropped).
+
+    Raises:
+        LabError: ``pubkey`` is not an OpenSSH public key.
+    """
+    fields = pubkey.split()
+    if len(fields) < 2 or not fields[0].startswith(("ssh-", "ecdsa-", "sk-")):
+        raise LabError(f"not an OpenSSH public key: {pubkey.strip()[:60]!r}")
+    hostpart = host if port == 22 else f"[{host}]:{port}"
+    return f"{hostpart} {fields[0]} {fields[1]}\n"
+
+
+def known_hosts_text(port: int, pubkeys: Sequence[str], host: str = SSH_HOST) -> str:
+    """known_hosts content for ``host:port``: one line per public key, ed25519 first."""
+    order = {"ssh-ed25519": 0, "ecdsa-sha2-nistp256": 1}
+    lines = [known_hosts_line(port, k, host) for k in pubkeys if k.strip()]
+    return "".join(sorted(lines, key=lambda line: order.get(line.split()[1], 9)))
+
+
+def sshd_dropin_text(port: int) -> str:
+    """Content of ``/etc/ssh/sshd_config.d/rigup-lab.conf``: listen on 127.0.0.1:port, keys only."""
+    return (
+        "# written by rigup's lab machine (lab/rootfs.py); rewritten on every `up`\n"
+        f"Port {port}\n"
+        f"ListenAddress {SSH_HOST}\n"
+        "PasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\n"
+        "PermitRootLogin prohibit-password\n"
+    )
+
+
+def dropin_port(text: str) -> int | None:
+    """The ``Port`` set in an sshd drop-in's text (None if there is none)."""
+    match = re.search(r"^\s*Port\s+(\d+)\s*$", text, re.MULTILINE)
+    return int(match.group(1)) if match else None
+
+
+def hosts_text(name: str) -> str:
+    """Content of the container's ``/etc/hosts``: its hostname resolves (sudo wants that)."""
+    return (
+        "127.0.0.1\tlocalhost\n"
+        f"127.0.1.1\t{name}\n"
+        "::1\tlocalhost ip6-localhost ip6-loopback\n"
+        "ff02::1\tip6-allnodes\n"
+        "ff02::2\tip6-allrouters\n"
+    )
+
+
+def debootstrap_failure_message(log_tail: str, target: Path, mirror: str) -> str:
+    """The error text for a failed debootstrap, with the tail of its logs."""
+    return (
+        f"debootstrap failed building the lab template in {target} from {mirror}; nothing was "
+        "kept, the next `up` starts over. Check the network and the mirror (RIGUP_LAB_MIRROR). "
+        f"Log tail:\n{log_tail}"
+    )

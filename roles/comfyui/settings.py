@@ -1,0 +1,81 @@
+"""Rules for the ComfyUI role's settings (inventory/group_data/all.py, "ComfyUI")."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from roles.common.checks import (
+    GIT_COMMIT,
+    UNIX_NAME,
+    VERSION,
+    Check,
+    boolean,
+    env_mapping,
+    git_source,
+    host_address,
+    integer,
+    matches,
+    number,
+    owned_dir,
+    python_interpreter,
+    str_list,
+)
+from roles.model.settings import manifest_list
+
+#: ComfyUI flags rigup sets from its own settings (roles/comfyui/flags.py), so not allowed in
+#: comfyui_extra_args.
+MANAGED_FLAGS = (
+    "--listen",
+    "--port",
+    "--base-directory",
+    "--database-url",
+    "--cuda-device",
+    "--reserve-vram",
+    "--cpu",
+)
+#: ComfyUI flags refused on 24 GB cards: they keep every model in VRAM and defeat the
+#: offloading FLUX.2 Dev and LTX-2.3 need there (comfy/cli_args.py, "vram_group" of the pinned
+#: release; --high-vram is the common misspelling of --highvram and does not exist).
+REFUSED_FLAGS = ("--highvram", "--gpu-only", "--high-vram")
+
+RULES: dict[str, Check] = {
+    "comfyui_install": boolean,
+    "comfyui_git_url": git_source,
+    "comfyui_commit": matches(GIT_COMMIT, "a full 40-character git commit id"),
+    "comfyui_version": matches(VERSION, "a release number such as 0.8.0"),
+    "comfyui_user": matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
+    "comfyui_python": python_interpreter,
+    "comfyui_host": host_address,
+    "comfyui_port": integer(1, 65535),
+    "comfyui_base_dir": owned_dir,
+    "comfyui_cpu": boolean,
+    "comfyui_gpu_index": integer(0, 15),
+    "comfyui_reserve_vram_gib": number(0.0, 1024.0),
+    "comfyui_extra_args": str_list,
+    "comfyui_start_timeout_s": integer(10, 24 * 3600),
+    "comfyui_env": env_mapping,
+    "comfyui_models": manifest_list,
+}
+
+OPTIONAL: tuple[str, ...] = ()
+
+
+def consistency(values: Mapping[str, Any]) -> list[str]:
+    """comfyui_extra_args may not set managed flags nor the VRAM-pinning ones."""
+    problems = []
+    flags = {a.split("=", 1)[0] for a in values["comfyui_extra_args"]}
+    managed = sorted(flags & set(MANAGED_FLAGS))
+    if managed:
+        problems.append(
+            f"comfyui_extra_args: {', '.join(managed)} is set by its own setting (comfyui_host, "
+            "comfyui_port, comfyui_base_dir, comfyui_gpu_index, comfyui_reserve_vram_gib, "
+            "comfyui_cpu); set it there instead"
+        )
+    refused = sorted(flags & set(REFUSED_FLAGS))
+    if refused:
+        problems.append(
+            f"comfyui_extra_args: {', '.join(refused)} keeps every model in VRAM and defeats "
+            "ComfyUI's offloading, which FLUX.2 Dev and LTX-2.3 need on 24 GB cards; remove it"
+        )
+    return problems

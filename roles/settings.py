@@ -1,0 +1,182 @@
+"""rigup's settings, read and checked once per host, before any change.
+
+Each role owns the rules of its keys (``roles/<role>/settings.py``: ``RULES``, ``OPTIONAL``,
+``consistency``). This module sits above the roles: it gathers their rules, adds the rules that
+span roles (tensor parallel vs declared GPUs, GPU indexes, ports, directories, the per-GPU VRAM
+budget of each mode) and refuses keys it does not know. A deploy file calls
+:func:`host_settings` once and hands the result to every role it runs.
+
+The rules are pure: :func:`validate` takes a mapping (a pyinfra ``host.data`` or a plain dict) and
+returns the list of problems, which the unit tests exercise directly.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+from pyinfra import host
+
+from roles.base import settings as base_settings
+from roles.comfyui import settings as comfyui_settings
+from roles.common.checks import Check, SettingsError, contains
+from roles.model import settings as model_settings
+from roles.modes import settings as modes_settings
+from roles.modes.budget import budget_problems
+from roles.nvidia import settings as nvidia_settings
+from roles.vllm import settings as vllm_settings
+from roles.vllm.settings import KV_CACHE_MIN_COMPUTE_CAPABILITY
+from roles.voxcpm import settings as voxcpm_settings
+
+__all__ = ["RULES", "SettingsError", "host_settings", "require_valid_settings", "validate"]
+
+#: Every role's rules, in the order of deploys/full.py.
+ROLE_SETTINGS: tuple[ModuleType, ...] = (
+    base_settings,
+    nvidia_settings,
+    model_settings,
+    vllm_settings,
+    voxcpm_settings,
+    comfyui_settings,
+    modes_settings,
+)
+
+RULES: dict[str, Check] = {k: c for m in ROLE_SETTINGS for k, c in m.RULES.items()}
+OPTIONAL_KEYS: tuple[str, ...] = tuple(k for m in ROLE_SETTINGS for k in m.OPTIONAL)
+
+#: Name prefixes of rigup's keys: a key with one of these that no rule knows is a misspelling.
+PREFIXES = tuple(sorted({k.split("_", 1)[0] + "_" for k in RULES}))
+
+#: Settings that inventories may set for rigup's own tooling (the lab), never read by a role.
+TOOLING_KEYS: tuple[str, ...] = ()
+
+
+def unknown_keys(keys: set[str]) -> list[str]:
+    """Problems for keys with a rigup prefix that no rule knows, with the likely intended key:
+    ``["vllm_prot: not a rigup setting (did you mean vllm_port?)"]``."""
+    problems = []
+    for key in sorted(keys):
+        if key in RULES or key in TOOLING_KEYS or not key.startswith(PREFIXES):
+            continue
+        close = difflib.get_close_matches(key, RULES, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        problems.append(
+            f"{key}: not a rigup setting{hint}; inventory/group_data/all.py lists every setting"
+        )
+    return problems
+
+
+def cross_role(values: Mapping[str, Any]) -> list[str]:
+    """Rules that relate keys of several roles; ``values`` holds every valid key."""
+    problems = []
+    gpus = values["nvidia_gpu_count"]
+    tp = values["vllm_tensor_parallel_size"]
+    if gpus > 0 and tp > gpus:
+        problems.append(
+            f"vllm_tensor_parallel_size: {tp} is more than the {gpus} GPU(s) this host declares "
+            "(nvidia_gpu_count); tensor parallel needs one GPU per shard"
+        )
+    index = values["voxcpm_gpu_index"]
+    if values["voxcpm_install"] and gpus > 0 and index >= gpus:
+        problems.append(
+            f"voxcpm_gpu_index: GPU {index} does not exist on a host that declares {gpus} GPU(s) "
+            f"(nvidia_gpu_count); use 0..{gpus - 1}"
+        )
+    ports: dict[int, list[str]] = {}
+    for key, installed in (
+        ("vllm_port", True),
+        ("voxcpm_port", values["voxcpm_install"]),
+        ("comfyui_port", values["comfyui_install"]),
+    ):
+        if installed:
+            ports.setdefault(values[key], []).append(key)
+    for port, keys in sorted(ports.items()):
+        if len(keys) > 1:
+            problems.append(
+                f"{keys[1]}: {port} is {' and '.join(keys[:-1])} too; give each service its own port"
+            )
+    base = values["comfyui_base_dir"]
+    for key in ("model_store_dir", "rigup_prefix", "rigup_state_dir", "rigup_etc_dir"):
+        if contains(base, values[key]) or contains(values[key], base):
+            problems.append(
+                f"comfyui_base_dir: must be a directory of its own (it holds user outputs), not "
+                f"inside or around {key} ({values[key]})"
+            )
+    return problems
+
+
+def _capability(value: str) -> tuple[int, int]:
+    major, _, minor = value.partition(".")
+    return int(major), int(minor or 0)
+
+
+def gpu_capability(values: Mapping[str, Any]) -> list[str]:
+    """What the vLLM settings ask of the GPUs against their compute capability
+    (``nvidia_gpu_compute_capability``, checked against nvidia-smi by the NVIDIA layer)."""
+    capability = values["nvidia_gpu_compute_capability"]
+    dtype = values["vllm_kv_cache_dtype"]
+    need = KV_CACHE_MIN_COMPUTE_CAPABILITY.get(dtype)
+    if need and _capability(capability) < need:
+        return [
+            f"vllm_kv_cache_dtype: {dtype} (FP8 E4M3) needs compute capability "
+            f"{need[0]}.{need[1]} or newer and these GPUs are {capability} "
+            '(nvidia_gpu_compute_capability): vLLM would die at start-up with "type fp8e4nv not '
+            'supported in this architecture". Use vllm_kv_cache_dtype = "fp8_e5m2" (the same '
+            "memory; the seed runs it on its RTX 3090s)"
+        ]
+    return []
+
+
+def validate(data: Mapping[str, Any] | Any) -> list[str]:
+    """Return every problem with the settings, one ``"key: reason"`` string each ([] when valid).
+
+    ``data`` is a mapping or a pyinfra ``HostData`` (anything with ``.get``; ``.dict()`` or the
+    mapping's keys are searched for misspelled keys). Missing keys are reported too: every key
+    of :data:`RULES` must be set (inventory/group_data/all.py sets them).
+    """
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, check in RULES.items():
+        value = data.get(key)
+        if value is None:
+            if key not in OPTIONAL_KEYS:
+                problems.append(f"{key}: missing (set it in inventory/group_data/all.py)")
+            else:
+                values[key] = None
+            continue
+        problem = check(value)
+        if problem:
+            problems.append(f"{key}: {problem}")
+        else:
+            values[key] = value
+    keys = set(data.dict() if hasattr(data, "dict") else data)
+    problems.extend(unknown_keys(keys))
+    if not problems:
+        for module in ROLE_SETTINGS:
+            problems.extend(module.consistency(values))
+        problems.extend(cross_role(values))
+        problems.extend(gpu_capability(values))
+        problems.extend(budget_problems(values))
+    return problems
+
+
+def require_valid_settings(data: Any, host_name: str = "") -> None:
+    """Raise :class:`SettingsError` listing every bad setting; return None when all are valid."""
+    problems = validate(data)
+    if problems:
+        where = f" for host {host_name}" if host_name else ""
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise SettingsError(
+            f"invalid rigup settings{where} (nothing was changed on any host):\n{lines}\n"
+            "Fix them in inventory/group_data/all.py, in the inventory file, or in the --data "
+            "options of this command line."
+        )
+
+
+def host_settings() -> Any:
+    """The current host's settings (its ``host.data``), checked: call once at the top of a deploy
+    file and pass the result to each role. Raises :class:`SettingsError` before any change."""
+    require_valid_settings(host.data, host.name)
+    return host.data

@@ -1,0 +1,118 @@
+"""Rules for the vLLM role's settings (inventory/group_data/all.py, "vLLM")."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from roles.common.checks import (
+    SAFE_NAME,
+    UNIX_NAME,
+    Check,
+    choice,
+    env_mapping,
+    host_address,
+    integer,
+    matches,
+    number,
+    python_interpreter,
+    str_list,
+)
+from roles.common.locks import version_check
+
+LOCK = Path(__file__).resolve().parents[2] / "files" / "vllm" / "requirements.lock"
+
+#: KV cache dtypes accepted by vLLM 0.22.1 (``CacheDType`` in vllm/config/cache.py). Checked here
+#: only to fail early on the controller; tests/vllm re-checks this list against the installed
+#: vLLM's own ``CacheDType`` so it cannot drift from the pinned release unnoticed.
+KV_CACHE_DTYPES = (
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+    "turboquant_k8v4",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+    "turboquant_3bit_nc",
+    "int8_per_token_head",
+    "fp8_per_token_head",
+    "nvfp4",
+)
+
+#: KV cache dtypes that need a minimum GPU compute capability. vLLM's fp8 KV cache on CUDA is
+#: FP8 E4M3 ("fp8" = "fp8_e4m3"), which its Triton attention kernels store as Triton's fp8e4nv
+#: type: Ada (8.9) and newer only. On Ampere (RTX 3090: 8.6) vLLM dies at start-up with "type
+#: fp8e4nv not supported in this architecture"; fp8_e5m2 takes the same memory and works there.
+#: Checked against nvidia_gpu_compute_capability by roles/settings.py (it spans both roles).
+KV_CACHE_MIN_COMPUTE_CAPABILITY = {"fp8": (8, 9), "fp8_e4m3": (8, 9)}
+
+#: Text-only serving methods (docs/text-only.md).
+TEXT_ONLY_METHODS = ("language_model_only", "strip_vision_config")
+
+#: `vllm serve` flags rigup sets from its own settings, so not allowed in vllm_extra_args.
+MANAGED_FLAGS = ("--port", "--host", "--tensor-parallel-size", "--served-model-name", "--model")
+
+
+def speculative_config(value: Any) -> str | None:
+    """None (speculative decoding off) or ``{"method": str, "num_speculative_tokens": 1..16}``."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        return f"must be a mapping such as {{'method': 'mtp', 'num_speculative_tokens': 3}} or None, got {value!r}"
+    if not isinstance(value.get("method"), str):
+        return "needs a 'method' (string), e.g. 'mtp'"
+    tokens = value.get("num_speculative_tokens")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= 16:
+        return f"needs 'num_speculative_tokens' between 1 and 16, got {tokens!r}"
+    try:
+        json.dumps(dict(value))
+    except (TypeError, ValueError) as exc:
+        return f"must be JSON-serialisable: {exc}"
+    return None
+
+
+RULES: dict[str, Check] = {
+    "vllm_version": version_check(LOCK, "vllm", "vllm_version"),
+    "vllm_user": matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
+    "vllm_python": python_interpreter,
+    "vllm_host": host_address,
+    "vllm_port": integer(1, 65535),
+    "vllm_served_model_name": matches(SAFE_NAME, "a name of letters, digits, '.', '_' and '-'"),
+    "vllm_tensor_parallel_size": integer(1, 16),
+    "vllm_kv_cache_dtype": choice(KV_CACHE_DTYPES),
+    "vllm_block_size": integer(1, 1024),
+    "vllm_max_num_batched_tokens": integer(1, 10_000_000),
+    "vllm_speculative_config": speculative_config,
+    "vllm_max_model_len": integer(1, 10_000_000),
+    "vllm_gpu_memory_utilization": number(0.0, 1.0, lo_open=True),
+    "vllm_text_only_method": choice(TEXT_ONLY_METHODS),
+    "vllm_extra_args": str_list,
+    "vllm_start_timeout_s": integer(30, 24 * 3600),
+    "vllm_env": env_mapping,
+}
+
+#: Keys that may be None (meaning: the documented default behaviour).
+OPTIONAL: tuple[str, ...] = ("vllm_speculative_config",)
+
+
+def consistency(values: Mapping[str, Any]) -> list[str]:
+    """Rules over several vLLM keys; ``values`` holds every key that passed its own check."""
+    problems = []
+    if values["vllm_max_num_batched_tokens"] < values["vllm_block_size"]:
+        problems.append(
+            "vllm_max_num_batched_tokens: must be at least vllm_block_size "
+            f"({values['vllm_max_num_batched_tokens']} < {values['vllm_block_size']})"
+        )
+    clash = sorted({a.split("=", 1)[0] for a in values["vllm_extra_args"]} & set(MANAGED_FLAGS))
+    if clash:
+        problems.append(
+            f"vllm_extra_args: {', '.join(clash)} is set by its own setting "
+            "(vllm_port, vllm_host, ...); set it there instead"
+        )
+    return problems

@@ -1,5 +1,5 @@
 """Facts of the NVIDIA layer. Each ``process()`` is pure and tested on captured output
-(tests/unit/test_nvidia_facts.py); the parsing itself lives in roles/nvidia/parsers.py."""
+(tests/unit/test_nvidia_role.py); the parsing itself lives in roles/nvidia/parsers.py."""
 
 from __future__ import annotations
 
@@ -121,8 +121,9 @@ class NvidiaGpus(FactBase):
         if not output or output[0].strip() == "@absent":
             return None
         exit_code = 0
-        if output[0].startswith("@exit "):
-            exit_code = int(output[0].split()[1]) if output[0].split()[1:2] != [""] else 0
+        if output[0].startswith("@exit"):
+            status = output[0].removeprefix("@exit").strip()
+            exit_code = int(status) if status.isdigit() else 255
             output = output[1:]
         query = read_gpu_query("\n".join(output), exit_code)
         return {

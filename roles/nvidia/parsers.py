@@ -386,7 +386,8 @@ def parse_dkms_status(text: str) -> list[DkmsEntry]:
         parts = [p.strip() for p in head.split(",")]
         module, _, version = parts[0].partition("/")
         kernel = parts[1] if len(parts) > 1 else ""
-        entries.append(DkmsEntry(module, version, kernel, state.strip().split()[0]))
+        words = state.split()
+        entries.append(DkmsEntry(module, version, kernel, words[0] if words else ""))
     return entries
 
 

@@ -216,6 +216,7 @@ def test_dkms_status():
         ("7.0.0-45-generic", "built"),
         ("", "added"),
     ]
+    assert parse_dkms_status("nvidia/580.95.05, 7.0.0-44-generic, x86_64:")[0].state == ""
 
 
 def test_driver_state_capture_is_healthy():

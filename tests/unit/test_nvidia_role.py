@@ -89,6 +89,12 @@ def test_gpus_fact():
     )
 
 
+def test_gpus_fact_never_raises():
+    for output in (["@exit"], ["@exit x", "garbage"], ["@exit 15"], ["0, GPU-0"], [""]):
+        fact = NvidiaGpus().process(output)
+        assert fact["gpus"] == [] and isinstance(fact["verdicts"], list)
+
+
 def test_gpus_fact_with_a_lost_gpu():
     capture = block("field/smi-gpu1-unreachable.txt")
     fact = NvidiaGpus().process([f"@exit {capture.exit_code}", *capture.lines])
@@ -968,3 +974,25 @@ def test_cuda_toolkit_home_fact():
         "lib64": False,
         "link": None,
     }
+
+
+def test_facts_never_raise_on_garbage():
+    """A deterministic fuzz of every NVIDIA fact's process() with fragments of real lines: a host
+    that answers strangely gets a diagnosis or an empty fact, never a traceback."""
+    import random
+
+    rng = random.Random(20261201)
+    pieces = [
+        *("kernel=", "loaded=", "dkms=nvidia/1:", "dkms=", "module_kernel=", "gpu_driver="),
+        *("secure_boot=", "sb_var=zz", "efi=1", "mok=", "@exit", "@nvlink", "@topo", "@p2p"),
+        *("GPU 0: x (UUID: y)", "Link 0: <inactive>", "GPU0\tGPU1", "X", "NV4", "|", "ii |a|b"),
+        *("Id=x", "=", "pkg ii", "source", "hold"),
+    ]
+    facts = (NvidiaDriverState, NvidiaGpus, NvidiaInterconnect, NvidiaPciGpus, NvidiaPackages)
+    for fact in (*facts, KernelPackages, SystemdUnits):
+        for _ in range(500):
+            output = [
+                "".join(rng.choice(pieces) for _ in range(rng.randint(0, 3)))
+                for _ in range(rng.randint(0, 8))
+            ]
+            fact().process(output)

@@ -34,7 +34,7 @@ from roles.common.operations import fingerprint
 from roles.common.service import GpuService, ServiceSpec
 from roles.model import ModelStore, link_model_files
 from roles.modes import gpu_hold_back_reason
-from roles.modes.budget import MODES, SERVICE_MODES
+from roles.modes.budget import service_mode
 from roles.nvidia.layer import NvidiaLayer
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "comfyui"
@@ -48,24 +48,17 @@ def _sha256(path: Path) -> str:
 def service_spec(settings: Any) -> ServiceSpec:
     """comfyui.service: what differs from the skeleton."""
     d = ComfyuiPaths.from_data(settings)
-    mode = SERVICE_MODES[UNIT]
-    return ServiceSpec(
-        unit=UNIT,
+    return ServiceSpec.of(
+        settings,
+        d,
+        **service_mode(UNIT),
         role="roles/comfyui",
         component="ComfyUI",
-        mode=mode,
-        target=MODES[mode],
-        user=settings.comfyui_user,
-        home=d.home,
-        env_file=d.env_file,
         env=service_env(settings),
-        description=f"ComfyUI {settings.comfyui_version} (rigup {mode} mode)",
+        description=f"ComfyUI {settings.comfyui_version} (rigup media mode)",
         documentation="https://docs.comfy.org/",
         exec_start=exec_start(settings),
-        bind=str(settings.comfyui_host),
-        port=settings.comfyui_port,
         ready_path="/system_stats",
-        start_timeout_s=settings.comfyui_start_timeout_s,
         read_write_paths=(d.base,),
         working_directory=d.base,
         stop_timeout_s=30,
@@ -94,7 +87,7 @@ def comfyui(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> N
     svc.account("rigup ComfyUI service")
     # The base directory tree: the directories themselves, never their content.
     svc.directories(
-        root_owned=(d.root, d.scripts, d.etc),
+        root_owned=(d.root, d.bin, d.etc),
         owned=((d.base, "750"), *((f"{d.base}/{sub}", "750") for sub in BASE_SUBDIRS)),
     )
 
@@ -121,7 +114,7 @@ def comfyui(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> N
         python=settings.comfyui_python,
     )
     check_args = FILES / "check_args.py"
-    svc.put("Script check_args.py", check_args, f"{d.scripts}/check_args.py", "755")
+    svc.put("Script check_args.py", check_args, f"{d.bin}/check_args.py", "755")
 
     args = main_args(settings)
     svc.put(
@@ -131,7 +124,7 @@ def comfyui(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> N
         name="Check the main.py arguments with the pinned ComfyUI's own parser",
         command=(
             f"{svc.as_user(PYTHONDONTWRITEBYTECODE='1')} {d.python} "
-            f"{d.scripts}/check_args.py {d.src} {d.args_file}"
+            f"{d.bin}/check_args.py {d.src} {d.args_file}"
         ),
         stamp=f"{svc.layout.checks}/comfyui-args.ok",
         key=fingerprint(args, commit, _sha256(LOCK), _sha256(check_args)),

@@ -26,7 +26,7 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from roles.common.operations import check_passes
-from roles.common.paths import Layout
+from roles.common.paths import Layout, ServicePaths
 from roles.common.urls import local_probe_url
 from roles.common.venv import LockedVenv, locked_venv
 
@@ -107,6 +107,23 @@ class ServiceSpec:
     optional_env_files: tuple[tuple[str, str], ...] = ()
     stop_timeout_s: int = 60
     restart_sec: int = 10
+
+    @classmethod
+    def of(cls, settings: Any, paths: ServicePaths, **differs: Any) -> ServiceSpec:
+        """The spec of the service whose paths are ``paths`` (``<name>.service``), its account,
+        bind address, port and start timeout read from the settings ``<name>_user``,
+        ``<name>_host``, ``<name>_port``, ``<name>_start_timeout_s``; ``differs`` gives the rest."""
+        name = paths.unit.rsplit("/", 1)[-1].removesuffix(".service")
+        return cls(
+            unit=f"{name}.service",
+            user=settings.get(f"{name}_user"),
+            home=paths.home,
+            env_file=paths.env_file,
+            bind=str(settings.get(f"{name}_host")),
+            port=settings.get(f"{name}_port"),
+            start_timeout_s=settings.get(f"{name}_start_timeout_s"),
+            **differs,
+        )
 
     @property
     def ready_url(self) -> str:

@@ -158,8 +158,8 @@ def model_store(settings) -> ModelStore:
     :class:`ModelStore` through which every component places its models."""
     p = ModelPaths.from_data(settings)
     for path, mode in (
-        (p.tool_root, "755"),
-        (p.tool_bin, "755"),
+        (p.root, "755"),
+        (p.bin, "755"),
         (p.etc, "755"),
         (p.manifests_dir, "755"),
         (p.secrets_dir, "700"),
@@ -171,8 +171,8 @@ def model_store(settings) -> ModelStore:
         what="Model tool",
         contents="huggingface_hub, hf_xet, modelscope",
         lock_src=FILES / "requirements.lock",
-        lock=p.tool_lock,
-        venv=p.tool_venv,
+        lock=p.lock,
+        venv=p.venv,
         python=settings.model_tool_python,
     )
     files.put(

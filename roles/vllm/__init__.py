@@ -22,7 +22,7 @@ from roles.common.operations import fingerprint
 from roles.common.service import GpuService, ServiceSpec
 from roles.model import PlacedModel
 from roles.modes import gpu_hold_back_reason
-from roles.modes.budget import MODES, SERVICE_MODES
+from roles.modes.budget import service_mode
 from roles.nvidia import NvidiaPaths, cuda_env
 from roles.nvidia.layer import NvidiaLayer
 from roles.vllm.flags import exec_start, serve_args, service_env
@@ -46,24 +46,17 @@ def _sha256(path: Path) -> str:
 def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
     """vllm.service serving the checkpoint at ``model_dir``: what differs from the skeleton."""
     p = VllmPaths.from_data(settings)
-    mode = SERVICE_MODES[UNIT]
-    return ServiceSpec(
-        unit=UNIT,
+    return ServiceSpec.of(
+        settings,
+        p,
+        **service_mode(UNIT),
         role="roles/vllm",
         component="vLLM",
-        mode=mode,
-        target=MODES[mode],
-        user=settings.vllm_user,
-        home=p.home,
-        env_file=p.env_file,
         env=service_env(settings, p.home, cuda_env(settings)),
         description=f"vLLM OpenAI-compatible server ({settings.vllm_served_model_name})",
         documentation=f"https://docs.vllm.ai/en/v{settings.vllm_version}/",
         exec_start=exec_start(p.venv, serve_args(settings, model_dir)),
-        bind=str(settings.vllm_host),
-        port=settings.vllm_port,
         ready_path="/health",
-        start_timeout_s=settings.vllm_start_timeout_s,
         requires=("rigup-gpu-power.service", "rigup-nvlink.service"),
         requires_comment=(
             "# Power limit applied and NVLink verified at boot (roles/nvidia) before the model "
@@ -97,7 +90,7 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     p = VllmPaths.from_data(settings)
     svc = GpuService(settings, service_spec(settings, llm.path))
     svc.account("rigup vLLM service")
-    svc.directories(root_owned=(p.root, p.scripts, p.etc))
+    svc.directories(root_owned=(p.root, p.bin, p.etc))
     svc.venv(
         what="vLLM",
         contents=f"vllm {settings.vllm_version} and its dependencies",
@@ -108,7 +101,7 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     )
     for name, src in SCRIPTS.items():
         mode = "644" if name.endswith("_offline.py") else "755"
-        svc.put(f"Script {name}", src, f"{p.scripts}/{name}", mode)
+        svc.put(f"Script {name}", src, f"{p.bin}/{name}", mode)
 
     args = serve_args(settings, llm.path)
     svc.put("vllm serve arguments (JSON)", StringIO(json.dumps(args, indent=2) + "\n"), p.args_file)
@@ -117,7 +110,7 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     offline = _sha256(SCRIPTS["vllm_offline.py"])
     svc.check(
         name="Check the serve arguments with vLLM's own parser",
-        command=f"{p.python} {p.scripts}/check_args.py {p.args_file}",
+        command=f"{p.python} {p.bin}/check_args.py {p.args_file}",
         stamp=f"{checks}/vllm-args.ok",
         key=fingerprint(args, venv_key, _sha256(SCRIPTS["check_args.py"]), offline),
         what="vLLM argument check",
@@ -127,14 +120,14 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     model = shlex.quote(llm.path)
     svc.check(
         name="Checkpoint preflight with vLLM's model registry (lm_head, vision, weight names)",
-        command=f"{as_user} {p.python} {p.scripts}/checkpoint_preflight.py {model} --method {method}",
+        command=f"{as_user} {p.python} {p.bin}/checkpoint_preflight.py {model} --method {method}",
         stamp=f"{checks}/checkpoint-preflight.ok",
         key=fingerprint(llm.path, method, venv_key, _sha256(SCRIPTS["checkpoint_preflight.py"])),
         what="checkpoint preflight",
     )
     svc.check(
         name=f"Check the checkpoint is served text-only ({method}) with vLLM's config code",
-        command=f"{as_user} {p.python} {p.scripts}/text_only_check.py {model} --method {method}",
+        command=f"{as_user} {p.python} {p.bin}/text_only_check.py {model} --method {method}",
         stamp=f"{checks}/text-only.ok",
         key=fingerprint(
             llm.path, method, venv_key, _sha256(SCRIPTS["text_only_check.py"]), offline

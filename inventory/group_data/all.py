@@ -12,6 +12,9 @@ that span roles; a bad value stops the run with an error naming it.
 
 # --- Hardware the inventory declares ------------------------------------------------------------
 nvidia_gpu_count = 2  # seed: two RTX 3090s; a host with 0 gets services installed, not started
+# RTX 3090 (GA102, Ampere): compute capability 8.6 (NVIDIA, "CUDA GPUs" list). Decides which KV
+# cache dtypes the GPUs can run; the NVIDIA layer checks it against nvidia-smi's compute_cap.
+nvidia_gpu_compute_capability = "8.6"
 
 # --- Layout on the host -------------------------------------------------------------------------
 rigup_prefix = "/opt/rigup"  # software rigup builds (uv, venvs, on-target check scripts)

@@ -29,7 +29,7 @@ from pyinfra.operations.util import any_changed
 from roles.common.paths import Layout
 from roles.common.service import rigup_start
 from roles.modes.budget import MODES, SERVICE_MODES, budget_report
-from roles.nvidia import driver_usable
+from roles.nvidia.layer import NvidiaLayer, driver_usable, hold_back_reason, observed_layer
 
 FILES = Path(__file__).resolve().parents[2] / "files"
 UNIT_DIR = "/etc/systemd/system"
@@ -60,17 +60,14 @@ def gpu_blocker(data, has_driver: bool) -> str | None:
     driver is there, or this run installs it).
     """
     gpus = data.get("nvidia_gpu_count")
-    if gpus == 0:
-        return "this host declares no NVIDIA GPUs (nvidia_gpu_count = 0)"
-    if not has_driver:
-        return f"it declares {gpus} GPU(s) but has no NVIDIA driver (no nvidia-smi on PATH)"
-    return None
+    return hold_back_reason(gpus, driver_usable(gpus, has_driver))
 
 
-def gpu_hold_back_reason(data) -> str | None:
-    """:func:`gpu_blocker` for the current host (reads facts: call it inside a deploy), with
-    :func:`roles.nvidia.driver_usable` saying whether the driver is there or planned."""
-    return gpu_blocker(data, driver_usable(data.get("nvidia_gpu_count")))
+def gpu_hold_back_reason(data, nvidia: NvidiaLayer | None = None) -> str | None:
+    """:func:`gpu_blocker` for the current host: from ``nvidia``, what roles.nvidia.nvidia
+    returned in this run (the driver there or planned), or, in a partial run without it, from
+    the host as it is (``nvidia-smi`` on PATH: reads a fact, so call it inside a deploy)."""
+    return (nvidia or observed_layer(data)).hold_back_reason
 
 
 class ModeTargets(FactBase):

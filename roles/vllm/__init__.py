@@ -29,6 +29,7 @@ from roles.model import PlacedModel
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import service_mode
 from roles.nvidia import NvidiaPaths, cuda_env
+from roles.nvidia.layer import NvidiaLayer
 from roles.vllm.flags import exec_start, serve_args, service_env
 from roles.vllm.paths import UNIT, VllmPaths
 
@@ -85,14 +86,15 @@ def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
 
 
 @deploy("vLLM")
-def vllm(settings, llm: PlacedModel) -> None:
+def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     """Build the locked venv, check the flags and the checkpoint ``llm`` with vLLM, install the
     unit.
 
     On a host that declares GPUs (``nvidia_gpu_count`` > 0) and has the NVIDIA driver the service
     is linked into ``rigup-llm.target`` (started with the LLM mode by roles/modes) and restarted,
     when running, if its inputs change. Elsewhere it is installed, stopped and disabled, and the
-    run says so.
+    run says so. ``nvidia``: what roles.nvidia.nvidia returned in this run (the driver there or
+    planned); without it (a partial run) the host as it is.
     """
     p = VllmPaths.from_data(settings)
     key_env = settings.vllm_api_key_env
@@ -160,4 +162,4 @@ def vllm(settings, llm: PlacedModel) -> None:
         ),
         what="text-only check",
     )
-    svc.install(gpu_hold_back_reason(settings))
+    svc.install(gpu_hold_back_reason(settings, nvidia))

@@ -48,6 +48,13 @@ KV_CACHE_DTYPES = (
     "nvfp4",
 )
 
+#: KV cache dtypes that need a minimum GPU compute capability. vLLM's fp8 KV cache on CUDA is
+#: FP8 E4M3 ("fp8" = "fp8_e4m3"), which its Triton attention kernels store as Triton's fp8e4nv
+#: type: Ada (8.9) and newer only. On Ampere (RTX 3090: 8.6) vLLM dies at start-up with "type
+#: fp8e4nv not supported in this architecture"; fp8_e5m2 takes the same memory and works there.
+#: Checked against nvidia_gpu_compute_capability by roles/settings.py (it spans both roles).
+KV_CACHE_MIN_COMPUTE_CAPABILITY = {"fp8": (8, 9), "fp8_e4m3": (8, 9)}
+
 #: Text-only serving methods (docs/text-only.md).
 TEXT_ONLY_METHODS = ("language_model_only", "strip_vision_config")
 

@@ -135,6 +135,8 @@ def test_require_valid_settings_lists_all_and_says_nothing_changed(settings):
         ("nvidia_cuda_keyring_sha256", "abc", "sha256"),
         ("nvidia_cuda_repo_url", "http://example.com/x", "https:// URL"),
         ("cuda_toolkit_version", "13.1.0", "pins cuda-toolkit==13.0.2"),
+        ("nvidia_gpu_compute_capability", 8.6, "a compute capability such as"),
+        ("nvidia_gpu_compute_capability", "sm_86", "a compute capability such as"),
     ],
 )
 def test_bad_nvidia_value_is_named(settings, key, value, fragment):
@@ -248,3 +250,27 @@ def test_bad_serving_default_is_named(settings, key, value, fragment):
     settings[key] = value
     (problem,) = validate(settings)
     assert problem.startswith(f"{key}: ") and fragment in problem, problem
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "fp8_e4m3"])
+def test_fp8_e4m3_kv_cache_refused_on_ampere(settings, dtype):
+    """Field report: fp8 / fp8_e4m3 on RTX 3090s (compute capability 8.6) passed the settings and
+    vLLM died in Triton with "type fp8e4nv not supported in this architecture"."""
+    assert settings["nvidia_gpu_compute_capability"] == "8.6"  # the shipped RTX 3090 value
+    (problem,) = validate({**settings, "vllm_kv_cache_dtype": dtype})
+    assert problem.startswith(
+        f"vllm_kv_cache_dtype: {dtype} (FP8 E4M3) needs compute capability 8.9"
+    )
+    assert "fp8e4nv not supported in this architecture" in problem
+    assert 'vllm_kv_cache_dtype = "fp8_e5m2"' in problem
+
+
+@pytest.mark.parametrize("capability", ["8.9", "9.0", "12.0"])
+def test_fp8_e4m3_kv_cache_fine_from_ada_on(settings, capability):
+    for dtype in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+        settings = {**settings, "nvidia_gpu_compute_capability": capability}
+        assert validate({**settings, "vllm_kv_cache_dtype": dtype}) == []
+
+
+def test_seed_kv_cache_dtype_runs_on_ampere(settings):
+    assert settings["vllm_kv_cache_dtype"] == "fp8_e5m2" and validate(settings) == []

@@ -34,7 +34,8 @@ from roles.common.operations import fingerprint
 from roles.common.service import GpuService, ServiceSpec
 from roles.model import ModelStore, link_model_files
 from roles.modes import gpu_hold_back_reason
-from roles.modes.budget import MODES, SERVICE_MODES
+from roles.modes.budget import service_mode
+from roles.nvidia.layer import NvidiaLayer
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "comfyui"
 LOCK = FILES / "requirements.lock"
@@ -47,24 +48,17 @@ def _sha256(path: Path) -> str:
 def service_spec(settings: Any) -> ServiceSpec:
     """comfyui.service: what differs from the skeleton."""
     d = ComfyuiPaths.from_data(settings)
-    mode = SERVICE_MODES[UNIT]
-    return ServiceSpec(
-        unit=UNIT,
+    return ServiceSpec.of(
+        settings,
+        d,
+        **service_mode(UNIT),
         role="roles/comfyui",
         component="ComfyUI",
-        mode=mode,
-        target=MODES[mode],
-        user=settings.comfyui_user,
-        home=d.home,
-        env_file=d.env_file,
         env=service_env(settings),
-        description=f"ComfyUI {settings.comfyui_version} (rigup {mode} mode)",
+        description=f"ComfyUI {settings.comfyui_version} (rigup media mode)",
         documentation="https://docs.comfy.org/",
         exec_start=exec_start(settings),
-        bind=str(settings.comfyui_host),
-        port=settings.comfyui_port,
         ready_path="/system_stats",
-        start_timeout_s=settings.comfyui_start_timeout_s,
         read_write_paths=(d.base,),
         working_directory=d.base,
         stop_timeout_s=30,
@@ -73,13 +67,15 @@ def service_spec(settings: Any) -> ServiceSpec:
 
 
 @deploy("ComfyUI")
-def comfyui(settings, store: ModelStore) -> None:
+def comfyui(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> None:
     """Check out the pinned ComfyUI, build its locked venv, lay out its base directory, check its
     flags with its own parser, place its models and install its unit.
 
     The service is linked into ``rigup-media.target`` where it can run: with ``comfyui_cpu``, or
     on a host with GPUs and the NVIDIA driver; otherwise it is installed, stopped and disabled,
     and the run says why. Does nothing (and says so) when ``comfyui_install`` is False.
+    ``nvidia``: what roles.nvidia.nvidia returned in this run (the driver there or planned);
+    without it (a partial run) the host as it is.
     """
     if not settings.comfyui_install:
         logger.info(f"[{host.name}] ComfyUI: comfyui_install is False; not installed")
@@ -91,7 +87,7 @@ def comfyui(settings, store: ModelStore) -> None:
     svc.account("rigup ComfyUI service")
     # The base directory tree: the directories themselves, never their content.
     svc.directories(
-        root_owned=(d.root, d.scripts, d.etc),
+        root_owned=(d.root, d.bin, d.etc),
         owned=((d.base, "750"), *((f"{d.base}/{sub}", "750") for sub in BASE_SUBDIRS)),
     )
 
@@ -118,7 +114,7 @@ def comfyui(settings, store: ModelStore) -> None:
         python=settings.comfyui_python,
     )
     check_args = FILES / "check_args.py"
-    svc.put("Script check_args.py", check_args, f"{d.scripts}/check_args.py", "755")
+    svc.put("Script check_args.py", check_args, f"{d.bin}/check_args.py", "755")
 
     args = main_args(settings)
     svc.put(
@@ -128,7 +124,7 @@ def comfyui(settings, store: ModelStore) -> None:
         name="Check the main.py arguments with the pinned ComfyUI's own parser",
         command=(
             f"{svc.as_user(PYTHONDONTWRITEBYTECODE='1')} {d.python} "
-            f"{d.scripts}/check_args.py {d.src} {d.args_file}"
+            f"{d.bin}/check_args.py {d.src} {d.args_file}"
         ),
         stamp=f"{svc.layout.checks}/comfyui-args.ok",
         key=fingerprint(args, commit, _sha256(LOCK), _sha256(check_args)),
@@ -142,6 +138,6 @@ def comfyui(settings, store: ModelStore) -> None:
         link_model_files(store.place(manifest), into=f"{d.base}/models")
 
     svc.install(
-        None if settings.comfyui_cpu else gpu_hold_back_reason(settings),
+        None if settings.comfyui_cpu else gpu_hold_back_reason(settings, nvidia),
         hint="comfyui_cpu = True runs it on the CPU",
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from roles.common.paths import Layout
+from roles.common.paths import ServicePaths
 
 UNIT = "comfyui.service"
 
@@ -17,47 +17,25 @@ BASE_SUBDIRS = ("models", "custom_nodes", "input", "output", "user")
 
 
 @dataclass(frozen=True)
-class ComfyuiPaths:
-    """Absolute paths of ComfyUI's pieces. Build with :meth:`from_data`.
+class ComfyuiPaths(ServicePaths):
+    """:class:`ServicePaths` of ``comfyui`` plus the git checkout ``src`` (root-owned, read-only
+    to the service), ``args_file``, ``base`` = ``--base-directory`` (models, custom_nodes, input,
+    output, user and ComfyUI's own temp; owned by the service user) and ComfyUI's ``database``
+    in it. The service's ``home`` holds caches (torch, Hugging Face) outside the user's tree."""
 
-    ``src`` is the git checkout (root-owned, read-only to the service); ``base`` is
-    ``--base-directory`` (models, custom_nodes, input, output, user and ComfyUI's own temp;
-    owned by the service user); ``home`` holds caches (torch, Hugging Face) outside the user's
-    tree.
-    """
-
-    root: str
     src: str
-    venv: str
-    python: str
-    lock: str
-    scripts: str
-    etc: str
-    env_file: str
     args_file: str
-    home: str
     base: str
     database: str
-    unit: str
 
     @classmethod
     def from_data(cls, data: Any) -> ComfyuiPaths:
-        layout = Layout.from_data(data)
+        fields = ServicePaths.fields(data, "comfyui")
         base = str(data.get("comfyui_base_dir")).rstrip("/")
-        root = f"{layout.prefix}/comfyui"
-        etc = f"{layout.etc}/comfyui"
         return cls(
-            root=root,
-            src=f"{root}/src",
-            venv=f"{root}/venv",
-            python=f"{root}/venv/bin/python",
-            lock=f"{root}/requirements.lock",
-            scripts=f"{root}/bin",
-            etc=etc,
-            env_file=f"{etc}/comfyui.env",
-            args_file=f"{etc}/main-args.json",
-            home=f"{layout.state}/comfyui",
+            **fields,
+            src=f"{fields['root']}/src",
+            args_file=f"{fields['etc']}/main-args.json",
             base=base,
             database=f"{base}/user/comfyui.db",
-            unit=f"/etc/systemd/system/{UNIT}",
         )

@@ -43,3 +43,53 @@ class Layout:
             uv=f"{prefix}/uv/bin/uv",
             checks=f"{state}/checks",
         )
+
+
+@dataclass(frozen=True)
+class ComponentPaths:
+    """Where a component with its own venv lives: ``<prefix>/<name>/{venv,bin,requirements.lock}``
+    and its configuration in ``<etc>/<name>``. Build with :meth:`of`.
+
+    + root, venv, python (the venv's), lock, bin (on-host scripts), etc
+    """
+
+    root: str
+    venv: str
+    python: str
+    lock: str
+    bin: str
+    etc: str
+
+    @staticmethod
+    def fields(data: Any, name: str) -> dict[str, str]:
+        """The fields for component ``name`` (``vllm``, ``model``, ...) as keyword arguments."""
+        layout = Layout.from_data(data)
+        root = f"{layout.prefix}/{name}"
+        return {
+            "root": root,
+            "venv": f"{root}/venv",
+            "python": f"{root}/venv/bin/python",
+            "lock": f"{root}/requirements.lock",
+            "bin": f"{root}/bin",
+            "etc": f"{layout.etc}/{name}",
+        }
+
+
+@dataclass(frozen=True)
+class ServicePaths(ComponentPaths):
+    """A component that runs as ``<name>.service``: :class:`ComponentPaths` plus its env file
+    ``<etc>/<name>/<name>.env``, the service user's home ``<state>/<name>`` and the unit file."""
+
+    env_file: str
+    home: str
+    unit: str
+
+    @staticmethod
+    def fields(data: Any, name: str) -> dict[str, str]:
+        base = ComponentPaths.fields(data, name)
+        return {
+            **base,
+            "env_file": f"{base['etc']}/{name}.env",
+            "home": f"{Layout.from_data(data).state}/{name}",
+            "unit": f"/etc/systemd/system/{name}.service",
+        }

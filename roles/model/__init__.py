@@ -26,11 +26,11 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, server
 
-from roles.common.operations import json_file_patched
+from roles.common.operations import json_file_patched, secret_file
 from roles.common.venv import locked_venv
 from roles.model.commands import FILES, backup_argv, fetch_argv
 from roles.model.manifest import Manifest, ManifestError, load_manifest, store_path
-from roles.model.operations import model_placed, secret_file
+from roles.model.operations import model_placed
 from roles.model.patch import patch_for
 from roles.model.paths import ModelPaths
 from roles.model.preflight import require_source
@@ -158,8 +158,8 @@ def model_store(settings) -> ModelStore:
     :class:`ModelStore` through which every component places its models."""
     p = ModelPaths.from_data(settings)
     for path, mode in (
-        (p.tool_root, "755"),
-        (p.tool_bin, "755"),
+        (p.root, "755"),
+        (p.bin, "755"),
         (p.etc, "755"),
         (p.manifests_dir, "755"),
         (p.secrets_dir, "700"),
@@ -171,8 +171,8 @@ def model_store(settings) -> ModelStore:
         what="Model tool",
         contents="huggingface_hub, hf_xet, modelscope",
         lock_src=FILES / "requirements.lock",
-        lock=p.tool_lock,
-        venv=p.tool_venv,
+        lock=p.lock,
+        venv=p.venv,
         python=settings.model_tool_python,
     )
     files.put(

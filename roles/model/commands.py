@@ -32,7 +32,7 @@ def fetch_argv(data: Any, manifest: Manifest, manifest_file: str, dest: str) -> 
     """
     p = ModelPaths.from_data(data)
     argv = [
-        p.tool_python,
+        p.python,
         p.fetch,
         "place",
         "--manifest",
@@ -76,6 +76,6 @@ def backup_argv(data: Any, store: str, to: str) -> str:
     """The shell command that copies every placed model of ``store`` to ``to``, verified."""
     p = ModelPaths.from_data(data)
     return shlex.join(
-        [p.tool_python, p.fetch, "backup", "--store", store, "--to", to,
+        [p.python, p.fetch, "backup", "--store", store, "--to", to,
          "--report", f"{p.reports}/backup.json"]
     )  # fmt: skip

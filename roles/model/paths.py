@@ -5,27 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from roles.common.paths import Layout
+from roles.common.paths import ComponentPaths, Layout
 
 
 @dataclass(frozen=True)
-class ModelPaths:
-    """Absolute paths of the model role. Build with :meth:`from_data`.
+class ModelPaths(ComponentPaths):
+    """:class:`ComponentPaths` of the model tool (``<prefix>/model``), plus:
 
     + store: ``model_store_dir`` (placed models: ``<store>/<name>/<revision>``)
-    + tool_*: the model tool venv and its scripts (``<prefix>/model``)
-    + manifests_dir, secrets_dir, hf_token_file, modelscope_token_file: ``<etc>/model/...``
+    + fetch: the tool's script; manifests_dir, secrets_dir and the token files in ``<etc>/model``
     + reports: one JSON record per placed model (``<state>/model``)
     """
 
     store: str
-    tool_root: str
-    tool_venv: str
-    tool_python: str
-    tool_lock: str
-    tool_bin: str
     fetch: str
-    etc: str
     manifests_dir: str
     secrets_dir: str
     hf_token_file: str
@@ -34,21 +27,15 @@ class ModelPaths:
 
     @classmethod
     def from_data(cls, data: Any) -> ModelPaths:
-        layout = Layout.from_data(data)
-        root = f"{layout.prefix}/model"
-        etc = f"{layout.etc}/model"
+        base = ComponentPaths.fields(data, "model")
+        secrets = f"{base['etc']}/secrets"
         return cls(
+            **base,
             store=str(data.get("model_store_dir")).rstrip("/"),
-            tool_root=root,
-            tool_venv=f"{root}/venv",
-            tool_python=f"{root}/venv/bin/python",
-            tool_lock=f"{root}/requirements.lock",
-            tool_bin=f"{root}/bin",
-            fetch=f"{root}/bin/model_fetch.py",
-            etc=etc,
-            manifests_dir=f"{etc}/manifests",
-            secrets_dir=f"{etc}/secrets",
-            hf_token_file=f"{etc}/secrets/hf-token",
-            modelscope_token_file=f"{etc}/secrets/modelscope-token",
-            reports=f"{layout.state}/model",
+            fetch=f"{base['bin']}/model_fetch.py",
+            manifests_dir=f"{base['etc']}/manifests",
+            secrets_dir=secrets,
+            hf_token_file=f"{secrets}/hf-token",
+            modelscope_token_file=f"{secrets}/modelscope-token",
+            reports=f"{Layout.from_data(data).state}/model",
         )

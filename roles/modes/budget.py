@@ -37,6 +37,12 @@ SERVICE_MODES: dict[str, str] = {
 }
 
 
+def service_mode(unit: str) -> dict[str, str]:
+    """``{"mode": "llm", "target": "rigup-llm.target"}`` for a service unit of :data:`SERVICE_MODES`."""
+    mode = SERVICE_MODES[unit]
+    return {"mode": mode, "target": MODES[mode]}
+
+
 @dataclass(frozen=True)
 class GpuShare:
     """What one service takes on one GPU: ``gib`` GiB, with ``how`` saying how it was computed."""

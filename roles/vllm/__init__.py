@@ -11,19 +11,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 from io import StringIO
 from pathlib import Path
 from typing import Any
 
+from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.api.exceptions import DeployError
+from pyinfra.facts.files import File
+from pyinfra.operations import files
 
-from roles.common.operations import fingerprint
-from roles.common.service import GpuService, ServiceSpec
+from roles.common.operations import fingerprint, secret_file
+from roles.common.service import GpuService, ServiceSpec, is_loopback
 from roles.model import PlacedModel
 from roles.modes import gpu_hold_back_reason
-from roles.modes.budget import MODES, SERVICE_MODES
+from roles.modes.budget import service_mode
 from roles.nvidia import NvidiaPaths, cuda_env
+from roles.nvidia.layer import NvidiaLayer
 from roles.vllm.flags import exec_start, serve_args, service_env
 from roles.vllm.paths import UNIT, VllmPaths
 
@@ -45,24 +51,17 @@ def _sha256(path: Path) -> str:
 def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
     """vllm.service serving the checkpoint at ``model_dir``: what differs from the skeleton."""
     p = VllmPaths.from_data(settings)
-    mode = SERVICE_MODES[UNIT]
-    return ServiceSpec(
-        unit=UNIT,
+    return ServiceSpec.of(
+        settings,
+        p,
+        **service_mode(UNIT),
         role="roles/vllm",
         component="vLLM",
-        mode=mode,
-        target=MODES[mode],
-        user=settings.vllm_user,
-        home=p.home,
-        env_file=p.env_file,
         env=service_env(settings, p.home, cuda_env(settings)),
         description=f"vLLM OpenAI-compatible server ({settings.vllm_served_model_name})",
         documentation=f"https://docs.vllm.ai/en/v{settings.vllm_version}/",
         exec_start=exec_start(p.venv, serve_args(settings, model_dir)),
-        bind=str(settings.vllm_host),
-        port=settings.vllm_port,
         ready_path="/health",
-        start_timeout_s=settings.vllm_start_timeout_s,
         requires=("rigup-gpu-power.service", "rigup-nvlink.service"),
         requires_comment=(
             "# Power limit applied and NVLink verified at boot (roles/nvidia) before the model "
@@ -70,6 +69,10 @@ def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
             "(journalctl -u rigup-nvlink says why)."
         ),
         optional_env_files=(
+            (
+                "# VLLM_API_KEY (vllm_api_key_env): root-only, read by systemd, never in argv",
+                p.api_key_file,
+            ),
             (
                 "# NCCL settings and extra vllm flags derived from the verified interconnect "
                 "(rigup-nvlink):\n# NCCL_P2P_LEVEL=NVL over a verified bridge, else "
@@ -83,19 +86,39 @@ def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
 
 
 @deploy("vLLM")
-def vllm(settings, llm: PlacedModel) -> None:
+def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     """Build the locked venv, check the flags and the checkpoint ``llm`` with vLLM, install the
     unit.
 
     On a host that declares GPUs (``nvidia_gpu_count`` > 0) and has the NVIDIA driver the service
     is linked into ``rigup-llm.target`` (started with the LLM mode by roles/modes) and restarted,
     when running, if its inputs change. Elsewhere it is installed, stopped and disabled, and the
-    run says so.
+    run says so. ``nvidia``: what roles.nvidia.nvidia returned in this run (the driver there or
+    planned); without it (a partial run) the host as it is.
     """
     p = VllmPaths.from_data(settings)
+    key_env = settings.vllm_api_key_env
+    key = os.environ.get(key_env) or None
+    if not (is_loopback(settings.vllm_host) or key or host.get_fact(File, path=p.api_key_file)):
+        raise DeployError(
+            f"vllm_host is {settings.vllm_host}, not loopback, and vLLM has no API key: set "
+            f"${key_env} on the controller (it is stored 0600 on the host, never printed) or "
+            "bind vllm_host to 127.0.0.1 (nothing was changed)"
+        )
     svc = GpuService(settings, service_spec(settings, llm.path))
     svc.account("rigup vLLM service")
-    svc.directories(root_owned=(p.root, p.scripts, p.etc))
+    svc.directories(root_owned=(p.root, p.bin, p.etc))
+    files.directory(
+        name=f"Directory {p.secrets_dir}", path=p.secrets_dir, user="root", group="root", mode="700"
+    )
+    svc.track(
+        secret_file(
+            name=f"vLLM API key from ${key_env} (0600)",
+            path=p.api_key_file,
+            secret=f"VLLM_API_KEY={key}\n" if key else None,
+            what=f"vLLM API key (${key_env})",
+        )
+    )
     svc.venv(
         what="vLLM",
         contents=f"vllm {settings.vllm_version} and its dependencies",
@@ -106,7 +129,7 @@ def vllm(settings, llm: PlacedModel) -> None:
     )
     for name, src in SCRIPTS.items():
         mode = "644" if name.endswith("_offline.py") else "755"
-        svc.put(f"Script {name}", src, f"{p.scripts}/{name}", mode)
+        svc.put(f"Script {name}", src, f"{p.bin}/{name}", mode)
 
     args = serve_args(settings, llm.path)
     svc.put("vllm serve arguments (JSON)", StringIO(json.dumps(args, indent=2) + "\n"), p.args_file)
@@ -115,7 +138,7 @@ def vllm(settings, llm: PlacedModel) -> None:
     offline = _sha256(SCRIPTS["vllm_offline.py"])
     svc.check(
         name="Check the serve arguments with vLLM's own parser",
-        command=f"{p.python} {p.scripts}/check_args.py {p.args_file}",
+        command=f"{p.python} {p.bin}/check_args.py {p.args_file}",
         stamp=f"{checks}/vllm-args.ok",
         key=fingerprint(args, venv_key, _sha256(SCRIPTS["check_args.py"]), offline),
         what="vLLM argument check",
@@ -125,18 +148,18 @@ def vllm(settings, llm: PlacedModel) -> None:
     model = shlex.quote(llm.path)
     svc.check(
         name="Checkpoint preflight with vLLM's model registry (lm_head, vision, weight names)",
-        command=f"{as_user} {p.python} {p.scripts}/checkpoint_preflight.py {model} --method {method}",
+        command=f"{as_user} {p.python} {p.bin}/checkpoint_preflight.py {model} --method {method}",
         stamp=f"{checks}/checkpoint-preflight.ok",
         key=fingerprint(llm.path, method, venv_key, _sha256(SCRIPTS["checkpoint_preflight.py"])),
         what="checkpoint preflight",
     )
     svc.check(
         name=f"Check the checkpoint is served text-only ({method}) with vLLM's config code",
-        command=f"{as_user} {p.python} {p.scripts}/text_only_check.py {model} --method {method}",
+        command=f"{as_user} {p.python} {p.bin}/text_only_check.py {model} --method {method}",
         stamp=f"{checks}/text-only.ok",
         key=fingerprint(
             llm.path, method, venv_key, _sha256(SCRIPTS["text_only_check.py"]), offline
         ),
         what="text-only check",
     )
-    svc.install(gpu_hold_back_reason(settings))
+    svc.install(gpu_hold_back_reason(settings, nvidia))

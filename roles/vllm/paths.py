@@ -5,42 +5,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from roles.common.paths import Layout
+from roles.common.paths import ServicePaths
 
 UNIT = "vllm.service"
 
 
 @dataclass(frozen=True)
-class VllmPaths:
-    """Absolute paths of the vLLM role. Build with :meth:`from_data`."""
+class VllmPaths(ServicePaths):
+    """:class:`ServicePaths` of ``vllm`` plus ``args_file`` (``<etc>/vllm/serve-args.json``) and
+    the API key's environment file ``api_key_file`` in the root-only ``secrets_dir``."""
 
-    root: str
-    venv: str
-    python: str
-    lock: str
-    scripts: str
-    etc: str
     args_file: str
-    env_file: str
-    home: str
-    unit: str
+    secrets_dir: str
+    api_key_file: str
 
     @classmethod
     def from_data(cls, data: Any) -> VllmPaths:
-        """``<prefix>/vllm/{venv,bin,requirements.lock}``, ``<etc>/vllm/{serve-args.json,
-        vllm.env}``, the service home ``<state>/vllm``."""
-        layout = Layout.from_data(data)
-        root = f"{layout.prefix}/vllm"
-        etc = f"{layout.etc}/vllm"
+        base = ServicePaths.fields(data, "vllm")
+        secrets = f"{base['etc']}/secrets"
         return cls(
-            root=root,
-            venv=f"{root}/venv",
-            python=f"{root}/venv/bin/python",
-            lock=f"{root}/requirements.lock",
-            scripts=f"{root}/bin",
-            etc=etc,
-            args_file=f"{etc}/serve-args.json",
-            env_file=f"{etc}/vllm.env",
-            home=f"{layout.state}/vllm",
-            unit=f"/etc/systemd/system/{UNIT}",
+            **base,
+            args_file=f"{base['etc']}/serve-args.json",
+            secrets_dir=secrets,
+            api_key_file=f"{secrets}/api-key.env",
         )

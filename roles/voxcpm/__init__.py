@@ -25,7 +25,8 @@ from roles.common.paths import Layout
 from roles.common.service import GpuService, ServiceSpec
 from roles.model import ModelStore
 from roles.modes import gpu_hold_back_reason
-from roles.modes.budget import MODES, SERVICE_MODES
+from roles.modes.budget import service_mode
+from roles.nvidia.layer import NvidiaLayer
 from roles.voxcpm.paths import UNIT, VoxcpmPaths
 from roles.voxcpm.python import PythonVersion, managed_python_installed
 from roles.voxcpm.service import exec_start, server_args, service_env, start_decision
@@ -36,16 +37,12 @@ FILES = Path(__file__).resolve().parents[2] / "files" / "voxcpm"
 def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
     """voxcpm.service serving the checkpoint at ``model_dir``: what differs from the skeleton."""
     p = VoxcpmPaths.from_data(settings)
-    mode = SERVICE_MODES[UNIT]
-    return ServiceSpec(
-        unit=UNIT,
+    return ServiceSpec.of(
+        settings,
+        p,
+        **service_mode(UNIT),
         role="roles/voxcpm",
         component="VoxCPM2",
-        mode=mode,
-        target=MODES[mode],
-        user=settings.voxcpm_user,
-        home=p.home,
-        env_file=p.env_file,
         env=service_env(settings, p),
         description=(
             "VoxCPM2 text-to-speech server, OpenAI-style /v1/audio/speech "
@@ -53,25 +50,23 @@ def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
         ),
         documentation=f"file://{p.server}",
         exec_start=exec_start(p, server_args(settings, p, model_dir)),
-        bind=str(settings.voxcpm_host),
-        port=settings.voxcpm_port,
         ready_path="/ready",
         ready_pid_key="pid",
-        start_timeout_s=settings.voxcpm_start_timeout_s,
         stop_timeout_s=30,
         restart_sec=10,
     )
 
 
 @deploy("VoxCPM2")
-def voxcpm(settings, store: ModelStore) -> None:
+def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> None:
     """Interpreter, locked venv, model, server and unit; start it where it can run.
 
     The service runs with the test double selected (``voxcpm_test_double_synthesizer``), or on
     a host that declares GPUs and has the NVIDIA driver; otherwise it is installed, stopped and
     disabled, and the run says why. Raises ``DeployError`` before any change when the model is
     neither placed nor available to place. Does nothing (and says so) when ``voxcpm_install`` is
-    False.
+    False. ``nvidia``: what roles.nvidia.nvidia returned in this run (the driver there or
+    planned); without it (a partial run) the host as it is.
     """
     if not settings.voxcpm_install:
         logger.info(f"[{host.name}] VoxCPM2: voxcpm_install is False; not installed")
@@ -84,7 +79,7 @@ def voxcpm(settings, store: ModelStore) -> None:
 
     svc.account("rigup VoxCPM2 service")
     svc.directories(
-        root_owned=(p.python_install_dir, p.root, f"{p.root}/bin", p.etc),
+        root_owned=(p.python_install_dir, p.root, p.bin, p.etc),
         owned=((f"{p.home}/cache", "700"),),
     )
     # reference recordings <voice>.wav: the user's, never removed; readable by the service
@@ -128,7 +123,7 @@ def voxcpm(settings, store: ModelStore) -> None:
     )
     svc.put("VoxCPM2 HTTP server (voxcpm_server.py)", FILES / "voxcpm_server.py", p.server)
 
-    blocker = start_decision(settings, gpu_hold_back_reason(settings))
+    blocker = start_decision(settings, gpu_hold_back_reason(settings, nvidia))
     if blocker is None and settings.voxcpm_test_double_synthesizer:
         logger.warning(
             f"[{host.name}] VoxCPM2: voxcpm_test_double_synthesizer is on: {UNIT} serves a "

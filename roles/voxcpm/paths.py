@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from roles.common.paths import Layout
+from roles.common.paths import Layout, ServicePaths
 
 UNIT = "voxcpm.service"
 
@@ -19,39 +19,23 @@ def interpreter_dir_name(version: str, arch: str) -> str:
 
 
 @dataclass(frozen=True)
-class VoxcpmPaths:
-    """Absolute paths of the voxcpm role on a host. Build with :meth:`from_data`."""
+class VoxcpmPaths(ServicePaths):
+    """:class:`ServicePaths` of ``voxcpm`` plus uv's managed CPython builds
+    (``python_install_dir``, UV_PYTHON_INSTALL_DIR), the ``server`` script and the ``voices``
+    directory (reference recordings ``<voice>.wav``)."""
 
-    python_install_dir: str  # UV_PYTHON_INSTALL_DIR: uv-managed CPython builds
-    root: str
-    venv: str
-    python: str  # the venv's interpreter
-    lock: str
+    python_install_dir: str
     server: str
-    etc: str
-    env_file: str
-    home: str
     voices: str
-    unit: str
 
     @classmethod
     def from_data(cls, data: Any) -> VoxcpmPaths:
-        layout = Layout.from_data(data)
-        etc = f"{layout.etc}/voxcpm"
-        home = f"{layout.state}/voxcpm"
-        root = f"{layout.prefix}/voxcpm"
+        fields = ServicePaths.fields(data, "voxcpm")
         return cls(
-            python_install_dir=f"{layout.prefix}/python",
-            root=root,
-            venv=f"{root}/venv",
-            python=f"{root}/venv/bin/python",
-            lock=f"{root}/requirements.lock",
-            server=f"{root}/bin/voxcpm_server.py",
-            etc=etc,
-            env_file=f"{etc}/voxcpm.env",
-            home=home,
-            voices=f"{home}/voices",
-            unit=f"/etc/systemd/system/{UNIT}",
+            **fields,
+            python_install_dir=f"{Layout.from_data(data).prefix}/python",
+            server=f"{fields['bin']}/voxcpm_server.py",
+            voices=f"{fields['home']}/voices",
         )
 
     def interpreter(self, version: str, arch: str) -> str:

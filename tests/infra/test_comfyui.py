@@ -103,7 +103,7 @@ def test_rendered_arguments_are_the_settings(host, data, d):
 def _check_args(host, data, d, args_file: str):
     return host.run(
         f"runuser -u {data.get('comfyui_user')} -- env PYTHONDONTWRITEBYTECODE=1 {d.python} "
-        f"{d.scripts}/check_args.py {d.src} {args_file}"
+        f"{d.bin}/check_args.py {d.src} {args_file}"
     )
 
 
@@ -118,7 +118,7 @@ def test_pinned_parser_rejects_a_flag_that_does_not_exist(host, data, d):
     out = host.run(
         f"f=$(mktemp -p {d.home}/tmp) && printf '%s' {bad} > $f && chmod 644 $f && "
         f"runuser -u {data.get('comfyui_user')} -- env PYTHONDONTWRITEBYTECODE=1 {d.python} "
-        f"{d.scripts}/check_args.py {d.src} $f; rc=$?; rm -f $f; exit $rc"
+        f"{d.bin}/check_args.py {d.src} $f; rc=$?; rm -f $f; exit $rc"
     )
     assert out.rc == 1 and "--data-directory" in out.stdout, out.stdout + out.stderr
 

@@ -55,7 +55,7 @@ def test_vllm_serves_it_text_only(host, data, llm_dir, vllm_paths):
     method = data.get("vllm_text_only_method")
     out = host.run(
         f"runuser -u {data.get('vllm_user')} -- env HOME={vllm_paths.home} HF_HUB_OFFLINE=1 "
-        f"{python} {vllm_paths.scripts}/text_only_check.py {llm_dir} --method {method}"
+        f"{python} {vllm_paths.bin}/text_only_check.py {llm_dir} --method {method}"
     )
     assert out.rc == 0, f"vLLM would not serve {llm_dir} text-only: {out.stdout}{out.stderr[-600:]}"
     verdict = json.loads(out.stdout.strip().splitlines()[-1])
@@ -82,7 +82,7 @@ def test_placed_copy_matches_its_manifest_and_record(host, data, llm_dir):
 
 def test_full_verification_with_sha256(host, llm_dir, model_paths):
     out = host.run(
-        f"{model_paths.tool_python} {model_paths.fetch} verify "
+        f"{model_paths.python} {model_paths.fetch} verify "
         f"--manifest {model_paths.manifests_dir}/{llm_dir.split('/')[-2]}.json "
         f"--dir {llm_dir}"
     )
@@ -93,7 +93,7 @@ def test_full_verification_with_sha256(host, llm_dir, model_paths):
 
 def test_model_tool_venv_has_the_pinned_libraries(host, model_paths):
     out = host.run(
-        f"{model_paths.tool_python} -c 'import huggingface_hub, hf_xet, modelscope; "
+        f"{model_paths.python} -c 'import huggingface_hub, hf_xet, modelscope; "
         "print(huggingface_hub.__version__, modelscope.__version__)'"
     )
     assert out.rc == 0, f"model tool venv broken ({out.stderr[-300:]}): run deploys/model.py"

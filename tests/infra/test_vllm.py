@@ -62,9 +62,7 @@ def test_rendered_arguments_are_the_settings(host, data, llm_dir, vllm_paths):
 
 
 def test_vllm_parser_accepts_rendered_arguments(host, vllm_paths):
-    out = host.run(
-        f"{_python(vllm_paths)} {vllm_paths.scripts}/check_args.py {vllm_paths.args_file}"
-    )
+    out = host.run(f"{_python(vllm_paths)} {vllm_paths.bin}/check_args.py {vllm_paths.args_file}")
     assert out.rc == 0, f"vLLM's parser rejects the deployed arguments: {out.stdout}{out.stderr}"
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["ok"] is True
@@ -76,7 +74,7 @@ def test_vllm_parser_rejects_misspelled_flag(host, data, llm_dir, vllm_paths):
     argv = shlex.quote(json.dumps(bad))
     out = host.run(
         f"f=$(mktemp) && printf '%s' {argv} > $f && "
-        f"{_python(vllm_paths)} {vllm_paths.scripts}/check_args.py $f; rc=$?; rm -f $f; exit $rc"
+        f"{_python(vllm_paths)} {vllm_paths.bin}/check_args.py $f; rc=$?; rm -f $f; exit $rc"
     )
     assert out.rc == 1, f"misspelled flag accepted (rc {out.rc}): {out.stdout}{out.stderr}"
     assert "--kv-cache-dtpye" in out.stdout + out.stderr

@@ -43,6 +43,8 @@ OPERATIONS = {
     "json_file_patched": "roles.common.operations:json_file_patched",
     "git_checkout_pinned": "roles.comfyui.git:git_checkout_pinned",
     "mode_active": "roles.modes:mode_active",
+    "driver_held": "roles.nvidia.operations:driver_held",
+    "cuda_home_linked": "roles.nvidia.operations:cuda_home_linked",
 }
 
 

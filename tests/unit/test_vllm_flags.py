@@ -23,7 +23,43 @@ def test_seed_command_line(settings):
     assert pairs["--host"] == "127.0.0.1" and pairs["--port"] == "8000"
     spec = args[args.index("--speculative-config") + 1]
     assert spec == '{"method":"mtp","num_speculative_tokens":3}'
-    assert args[-1] == "--language-model-only"
+    assert "--language-model-only" in args
+
+
+def test_serving_defaults_qwen_users_expect(settings):
+    args = serve_args(settings, MODEL)
+    assert args[args.index("--reasoning-parser") + 1] == "qwen3"
+    assert args[args.index("--tool-call-parser") + 1] == "qwen3_coder"
+    assert "--enable-auto-tool-choice" in args
+    assert args[args.index("--max-num-seqs") + 1] == "8"
+    assert "--no-enable-prefix-caching" in args and "--enable-chunked-prefill" in args
+    assert args[args.index("--long-prefill-token-threshold") + 1] == "2048"
+    generation = json.loads(args[args.index("--override-generation-config") + 1])
+    assert generation == {
+        "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0, "repetition_penalty": 1.0
+    }  # fmt: skip
+    assert "--api-key" not in args, "the key travels in the environment, never in argv"
+
+
+def test_each_default_can_be_turned_off(settings):
+    settings.update(
+        vllm_reasoning_parser="",
+        vllm_tool_call_parser="",
+        vllm_long_prefill_token_threshold=0,
+        vllm_override_generation_config={},
+        vllm_speculative_config=None,
+        vllm_enable_prefix_caching=True,
+    )
+    args = serve_args(settings, MODEL)
+    for flag in (
+        "--reasoning-parser",
+        "--enable-auto-tool-choice",
+        "--long-prefill-token-threshold",
+        "--override-generation-config",
+        "--speculative-config",
+    ):
+        assert flag not in args
+    assert "--enable-prefix-caching" in args
 
 
 def test_strip_method_has_no_language_model_only_flag(settings):

@@ -16,10 +16,10 @@ from roles.voxcpm import voxcpm
 
 settings = host_settings()  # every key checked (types, ranges, VRAM budget) before any change
 base(settings)  # apt baseline, directories, pinned uv, the services' readiness wait
-nvidia(settings)  # driver + CUDA toolkit, persistence + power limit at boot, NVLink verified
+gpu = nvidia(settings)  # driver + CUDA toolkit, persistence + power limit at boot, NVLink verified
 store = model_store(settings)  # the model tool (huggingface_hub, modelscope) and token files
 llm = model(settings, store)  # the LLM checkpoint, placed verified and set up for text-only serving
-vllm(settings, llm)  # vLLM 0.22.1 venv, flags and checkpoint checked by vLLM, vllm.service
-voxcpm(settings, store)  # VoxCPM2: CPython 3.12 (uv), locked venv, model, voxcpm.service
-comfyui(settings, store)  # ComfyUI at a pinned commit, locked venv, models, comfyui.service
+vllm(settings, llm, gpu)  # vLLM 0.22.1 venv, flags and checkpoint checked by vLLM, vllm.service
+voxcpm(settings, store, gpu)  # VoxCPM2: CPython 3.12 (uv), locked venv, model, voxcpm.service
+comfyui(settings, store, gpu)  # ComfyUI at a pinned commit, locked venv, models, comfyui.service
 modes(settings)  # last: rigup-llm/rigup-media targets, rigup-mode, boot mode; starts a mode

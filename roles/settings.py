@@ -28,6 +28,7 @@ from roles.modes import settings as modes_settings
 from roles.modes.budget import budget_problems
 from roles.nvidia import settings as nvidia_settings
 from roles.vllm import settings as vllm_settings
+from roles.vllm.settings import KV_CACHE_MIN_COMPUTE_CAPABILITY
 from roles.voxcpm import settings as voxcpm_settings
 
 __all__ = ["RULES", "SettingsError", "host_settings", "require_valid_settings", "validate"]
@@ -118,6 +119,28 @@ def cross_role(values: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _capability(value: str) -> tuple[int, int]:
+    major, _, minor = value.partition(".")
+    return int(major), int(minor or 0)
+
+
+def gpu_capability(values: Mapping[str, Any]) -> list[str]:
+    """What the vLLM settings ask of the GPUs against their compute capability
+    (``nvidia_gpu_compute_capability``, checked against nvidia-smi by the NVIDIA layer)."""
+    capability = values["nvidia_gpu_compute_capability"]
+    dtype = values["vllm_kv_cache_dtype"]
+    need = KV_CACHE_MIN_COMPUTE_CAPABILITY.get(dtype)
+    if need and _capability(capability) < need:
+        return [
+            f"vllm_kv_cache_dtype: {dtype} (FP8 E4M3) needs compute capability "
+            f"{need[0]}.{need[1]} or newer and these GPUs are {capability} "
+            '(nvidia_gpu_compute_capability): vLLM would die at start-up with "type fp8e4nv not '
+            'supported in this architecture". Use vllm_kv_cache_dtype = "fp8_e5m2" (the same '
+            "memory; the seed runs it on its RTX 3090s)"
+        ]
+    return []
+
+
 def validate(data: Mapping[str, Any] | Any) -> list[str]:
     """Return every problem with the settings, one ``"key: reason"`` string each ([] when valid).
 
@@ -146,6 +169,7 @@ def validate(data: Mapping[str, Any] | Any) -> list[str]:
         for module in ROLE_SETTINGS:
             problems.extend(module.consistency(values))
         problems.extend(cross_role(values))
+        problems.extend(gpu_capability(values))
         problems.extend(budget_problems(values))
     return problems
 

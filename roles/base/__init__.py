@@ -15,13 +15,13 @@ from pyinfra.operations import apt, files, server
 from roles.common.facts import UvVersion
 from roles.common.paths import Layout
 from roles.common.preflight import require_supported_host
-from roles.common.service import install_wait_ready
+from roles.common.service import service_tools
 
 
 @deploy("rigup base")
 def base(settings) -> None:
     """Apt baseline, directories, uv ``uv_version`` in its own venv at ``<prefix>/uv`` and the
-    services' readiness wait ``<prefix>/bin/wait-ready``.
+    services' tools ``<prefix>/bin/wait-ready`` and ``rigup-start``.
 
     Raises ``DeployError`` before any change when the host is not a Debian/Ubuntu with systemd.
     """
@@ -55,4 +55,4 @@ def base(settings) -> None:
             ],
         )
 
-    install_wait_ready(settings)
+    service_tools(settings)

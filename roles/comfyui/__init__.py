@@ -35,6 +35,7 @@ from roles.common.service import GpuService, ServiceSpec
 from roles.model import ModelStore, link_model_files
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import service_mode
+from roles.nvidia.layer import NvidiaLayer
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "comfyui"
 LOCK = FILES / "requirements.lock"
@@ -66,13 +67,15 @@ def service_spec(settings: Any) -> ServiceSpec:
 
 
 @deploy("ComfyUI")
-def comfyui(settings, store: ModelStore) -> None:
+def comfyui(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> None:
     """Check out the pinned ComfyUI, build its locked venv, lay out its base directory, check its
     flags with its own parser, place its models and install its unit.
 
     The service is linked into ``rigup-media.target`` where it can run: with ``comfyui_cpu``, or
     on a host with GPUs and the NVIDIA driver; otherwise it is installed, stopped and disabled,
     and the run says why. Does nothing (and says so) when ``comfyui_install`` is False.
+    ``nvidia``: what roles.nvidia.nvidia returned in this run (the driver there or planned);
+    without it (a partial run) the host as it is.
     """
     if not settings.comfyui_install:
         logger.info(f"[{host.name}] ComfyUI: comfyui_install is False; not installed")
@@ -135,6 +138,6 @@ def comfyui(settings, store: ModelStore) -> None:
         link_model_files(store.place(manifest), into=f"{d.base}/models")
 
     svc.install(
-        None if settings.comfyui_cpu else gpu_hold_back_reason(settings),
+        None if settings.comfyui_cpu else gpu_hold_back_reason(settings, nvidia),
         hint="comfyui_cpu = True runs it on the CPU",
     )

@@ -105,3 +105,38 @@ class DirectoryInventory(FactBase):
             if rel:
                 files[rel] = int(size)
         return files
+
+
+class UnitState(FactBase):
+    """``{"active": "activating", "sub": "auto-restart"}``: systemd's ActiveState and SubState
+    of ``unit`` (``systemctl show``); ``{"active": "inactive", "sub": "dead"}`` for a unit
+    systemd does not know."""
+
+    def command(self, unit: str) -> str:
+        return f"systemctl show -p ActiveState -p SubState {shlex.quote(unit)} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> dict[str, str]:
+        values = dict(line.split("=", 1) for line in output if "=" in line)
+        return {
+            "active": values.get("ActiveState") or "inactive",
+            "sub": values.get("SubState") or "dead",
+        }
+
+
+def unit_is_up(state: dict[str, str]) -> bool:
+    """True for a long-running unit that is up: ``active`` and ``running``. A unit that is
+    ``activating`` (starting, or waiting to be restarted after a crash: ``auto-restart``),
+    ``failed`` or ``inactive`` is down."""
+    return state.get("active") == "active" and state.get("sub") == "running"
+
+
+class AllowedCpus(FactBase):
+    """The CPUs processes on the host may run on, as the kernel lists them
+    (``Cpus_allowed_list`` of /proc/self/status: ``"0-1"``, ``"0-3,8"``)."""
+
+    def command(self) -> str:
+        return "awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status"
+
+    def process(self, output: list[str]) -> str | None:
+        values = [line.strip() for line in output if line.strip()]
+        return values[-1] if values else None

@@ -16,7 +16,7 @@ from io import StringIO
 from typing import Any
 
 from pyinfra import host
-from pyinfra.api import StringCommand, operation
+from pyinfra.api import FileUploadCommand, StringCommand, operation
 from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.operations import files
@@ -116,3 +116,30 @@ def json_file_patched(path: str, original: str, patch: Callable[[Any], Any], wha
         yield f"cp -p {shlex.quote(path)} {shlex.quote(original)}"
     text = json.dumps(desired, indent=2, ensure_ascii=False) + "\n"
     yield from files.put._inner(src=StringIO(text), dest=path, mode="644")
+
+
+@operation()
+def secret_file(path: str, secret: str | None, what: str):
+    """Hold a secret in ``path`` (root, 0600) without it ever appearing in pyinfra's output.
+
+    + path: file on the host; its directory must be root-only (0700) so the upload's temporary
+      file is never readable by others
+    + secret: the value (from the controller's environment); None leaves the file as it is
+    + what: description for messages (never the value)
+
+    Compared by sha256 (pyinfra's Sha256File fact); uploaded with a raw FileUploadCommand
+    because ``files.put`` prints file contents under ``--diff``.
+    """
+    if not secret:
+        host.noop(f"{what}: not set on the controller; {path} left as it is")
+        return
+    if host.get_fact(Sha256File, path=path) == hashlib.sha256(secret.encode()).hexdigest():
+        host.noop(f"{what}: {path} is current")
+        return
+    directory = path.rsplit("/", 1)[0]
+    yield FileUploadCommand(
+        StringIO(secret),
+        path,
+        remote_temp_filename=host.get_temp_filename(path, temp_directory=directory),
+    )
+    yield StringCommand("chown", "root:root", path, "&&", "chmod", "600", path)

@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from pyinfra import host, logger
+from pyinfra.api import operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
+from roles.common.facts import UnitState
 from roles.common.operations import check_passes
 from roles.common.paths import Layout, ServicePaths
 from roles.common.urls import local_probe_url
@@ -277,23 +279,47 @@ class GpuService:
         )
         systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
         self.track(env_file, unit)
-        mode_unit_state(s, target, blocker, any_changed(*self.changes), unit, hint)
+        mode_unit_state(
+            s, target, blocker, any_changed(*self.changes), unit, rigup_start(self.settings), hint
+        )
         return unit
 
 
-def install_wait_ready(settings: Any) -> OperationMeta:
-    """``<prefix>/bin/wait-ready``, the readiness wait of every service unit (ExecStartPost=)."""
+def service_tools(settings: Any) -> None:
+    """``<prefix>/bin/wait-ready`` (the readiness wait of every service unit, ExecStartPost=)
+    and ``<prefix>/bin/rigup-start`` (start or restart units, failing with the journal unless
+    each is up afterwards)."""
     prefix = Layout.from_data(settings).prefix
     files.directory(name=f"Directory {prefix}/bin", path=f"{prefix}/bin", mode="755")
-    return files.put(
-        name="Script wait-ready (service readiness)",
-        src=str(FILES / "wait-ready"),
-        dest=f"{prefix}/bin/wait-ready",
-        mode="755",
-    )
+    for script, what in (("wait-ready", "service readiness"), ("rigup-start", "honest starts")):
+        files.put(
+            name=f"Script {script} ({what})",
+            src=str(FILES / script),
+            dest=f"{prefix}/bin/{script}",
+            mode="755",
+        )
 
 
-def mode_unit_state(spec: ServiceSpec, target: str, blocker, restart_if, unit_op, hint="") -> None:
+def rigup_start(settings: Any) -> str:
+    """Path of the ``rigup-start`` script on the host."""
+    return f"{Layout.from_data(settings).prefix}/bin/rigup-start"
+
+
+@operation()
+def restarted_if_up(unit: str, rigup_start: str):
+    """Restart ``unit`` when it is running or starting (``activating``: a start may hang on a
+    unit file that this run replaced), through ``rigup-start --restart`` (fails with the
+    journal unless the unit is up afterwards). A stopped unit is left to its mode."""
+    state = host.get_fact(UnitState, unit=unit) or {"active": "inactive", "sub": "dead"}
+    if state["active"] not in ("active", "activating", "reloading"):
+        host.noop(f"{unit} is {state['active']}: its mode starts it")
+        return
+    yield f"{shlex.quote(rigup_start)} --restart {shlex.quote(unit)}"
+
+
+def mode_unit_state(
+    spec: ServiceSpec, target: str, blocker, restart_if, unit_op, start_script: str, hint=""
+) -> None:
     """State of a service in its GPU mode (roles/modes); see :meth:`GpuService.install`."""
     unit = spec.unit
     if blocker is None:
@@ -308,11 +334,10 @@ def mode_unit_state(spec: ServiceSpec, target: str, blocker, restart_if, unit_op
             commands=[f"systemctl reenable {unit}"],
             _if=unit_op.did_change,
         )
-        systemd.service(
+        restarted_if_up(
             name=f"Restart {unit} if running (its inputs changed)",
-            service=unit,
-            running=None,
-            restarted=True,
+            unit=unit,
+            rigup_start=start_script,
             _if=restart_if,
         )
         return

@@ -27,11 +27,11 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, server
 
-from roles.common.operations import json_file_patched
+from roles.common.operations import json_file_patched, secret_file
 from roles.common.venv import locked_venv
 from roles.model.commands import FILES, TOOL, backup_argv, fetch_argv, layout, verify_argv
 from roles.model.manifest import Manifest, ManifestError, load_manifest, lock_path, store_path
-from roles.model.operations import manifest_json, model_placed, secret_file
+from roles.model.operations import manifest_json, model_placed
 from roles.model.patch import patch_for
 from roles.model.paths import ModelPaths
 from roles.model.preflight import require_source

@@ -1,21 +1,18 @@
-"""Operations of the model role: placing a model (and writing its lock on the controller),
-holding a secret file."""
+"""Operations of the model role: placing a model (and writing its lock on the controller)."""
 
 from __future__ import annotations
 
 import atexit
 import fcntl
-import hashlib
 import json
 import sys
 from io import StringIO
 from pathlib import Path
 
 from pyinfra import host, logger
-from pyinfra.api import FactBase, FileUploadCommand, FunctionCommand, StringCommand, operation
+from pyinfra.api import FactBase, FunctionCommand, StringCommand, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.exceptions import OperationError
-from pyinfra.facts.files import Sha256File
 
 from roles.common.facts import DirectoryInventory, JsonFile
 from roles.model.commands import layout, lockfile, placed_problems
@@ -211,30 +208,3 @@ def model_placed(
         )
     _verified.pop((host.name, dest), None)
     yield FunctionCommand(run_with_progress, (command,), {})
-
-
-@operation()
-def secret_file(path: str, secret: str | None, what: str):
-    """Hold a secret in ``path`` (root, 0600) without it ever appearing in pyinfra's output.
-
-    + path: file on the host; its directory must be root-only (0700) so the upload's temporary
-      file is never readable by others
-    + secret: the value (from the controller's environment); None leaves the file as it is
-    + what: description for messages (never the value)
-
-    Compared by sha256 (pyinfra's Sha256File fact); uploaded with a raw FileUploadCommand
-    because ``files.put`` prints file contents under ``--diff``.
-    """
-    if not secret:
-        host.noop(f"{what}: not set on the controller; {path} left as it is")
-        return
-    if host.get_fact(Sha256File, path=path) == hashlib.sha256(secret.encode()).hexdigest():
-        host.noop(f"{what}: {path} is current")
-        return
-    directory = path.rsplit("/", 1)[0]
-    yield FileUploadCommand(
-        StringIO(secret),
-        path,
-        remote_temp_filename=host.get_temp_filename(path, temp_directory=directory),
-    )
-    yield StringCommand("chown", "root:root", path, "&&", "chmod", "600", path)

@@ -27,8 +27,9 @@ from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
 from roles.common.paths import Layout
+from roles.common.service import rigup_start
 from roles.modes.budget import MODES, SERVICE_MODES, budget_report
-from roles.nvidia import driver_usable
+from roles.nvidia.layer import NvidiaLayer, driver_usable, hold_back_reason, observed_layer
 
 FILES = Path(__file__).resolve().parents[2] / "files"
 UNIT_DIR = "/etc/systemd/system"
@@ -59,25 +60,23 @@ def gpu_blocker(data, has_driver: bool) -> str | None:
     driver is there, or this run installs it).
     """
     gpus = data.get("nvidia_gpu_count")
-    if gpus == 0:
-        return "this host declares no NVIDIA GPUs (nvidia_gpu_count = 0)"
-    if not has_driver:
-        return f"it declares {gpus} GPU(s) but has no NVIDIA driver (no nvidia-smi on PATH)"
-    return None
+    return hold_back_reason(gpus, driver_usable(gpus, has_driver))
 
 
-def gpu_hold_back_reason(data) -> str | None:
-    """:func:`gpu_blocker` for the current host (reads facts: call it inside a deploy), with
-    :func:`roles.nvidia.driver_usable` saying whether the driver is there or planned."""
-    return gpu_blocker(data, driver_usable(data.get("nvidia_gpu_count")))
+def gpu_hold_back_reason(data, nvidia: NvidiaLayer | None = None) -> str | None:
+    """:func:`gpu_blocker` for the current host: from ``nvidia``, what roles.nvidia.nvidia
+    returned in this run (the driver there or planned), or, in a partial run without it, from
+    the host as it is (``nvidia-smi`` on PATH: reads a fact, so call it inside a deploy)."""
+    return (nvidia or observed_layer(data)).hold_back_reason
 
 
 class ModeTargets(FactBase):
     """State of each mode target and of the units it wants (the enabled services).
 
-    Returns ``{"rigup-llm.target": {"state": "active", "wants": {"vllm.service": "active"}},
-    ...}`` with systemctl's ActiveState words (active, inactive, activating, failed, ...). A
-    target that is not installed reads as ``inactive`` with no wants.
+    Returns ``{"rigup-llm.target": {"state": "active", "wants": {"vllm.service":
+    "active/running"}}, ...}``: the target's ActiveState, and ``ActiveState/SubState`` of each
+    wanted unit (``activating/auto-restart`` is a crash loop, ``activating/start-post`` a start
+    waiting for readiness). A target that is not installed reads as ``inactive`` with no wants.
     """
 
     def command(self, targets: list[str]) -> str:
@@ -86,7 +85,8 @@ class ModeTargets(FactBase):
             f"for t in {loop}; do "
             'echo "@target $t $(systemctl is-active "$t" 2>/dev/null || true)"; '
             'for u in $(systemctl show -p Wants --value "$t" 2>/dev/null); do '
-            'echo "@wants $t $u $(systemctl is-active "$u" 2>/dev/null || true)"; done; done'
+            'echo "@wants $t $u $(systemctl show -p ActiveState -p SubState --value "$u" '
+            '2>/dev/null | paste -sd/ -)"; done; done'
         )
 
     def process(self, output: list[str]) -> dict[str, dict]:
@@ -102,28 +102,30 @@ class ModeTargets(FactBase):
         return targets
 
 
-#: ActiveState values that count as up (a service in ExecStartPost= is still "activating")
+#: ActiveState values of a target that count as a mode being on
 UP = ("active", "activating", "reloading")
 
 
 @operation()
-def mode_active(default_target: str, targets: list[str]):
+def mode_active(default_target: str, targets: list[str], rigup_start: str):
     """Keep one mode running: the active one, or ``default_target`` when none is active.
 
     + default_target: target to start when no mode target is active (fresh host, after boot
       into no mode)
     + targets: every mode target
+    + rigup_start: the ``rigup-start`` script (roles/common/service.py)
 
     A mode the user switched to with ``rigup-mode`` is kept, not reverted to the default. The
-    mode's enabled services that are down are started (``systemctl start`` returns when each
-    answers its readiness check, or fails naming the unit). A no-op when the mode and all its
-    enabled services are up.
+    mode's enabled services that are down are started; a service counts as up only when it is
+    ``active/running`` (a crash loop, ``activating/auto-restart``, is down). ``rigup-start``
+    returns when each answers its readiness check and is still up a moment later, or fails
+    naming the unit with its journal. A no-op when the mode and all its enabled services are up.
     """
     state = host.get_fact(ModeTargets, targets=targets) or {}
     active = [t for t in targets if state.get(t, {}).get("state") in UP]
     target = active[0] if active else default_target
     wants = state.get(target, {}).get("wants", {})
-    down = sorted(u for u, s in wants.items() if s not in UP)
+    down = sorted(u for u, s in wants.items() if s != "active/running")
     if active and not down:
         up = ", ".join(sorted(wants)) or "no enabled services"
         host.noop(f"{target} is active ({up})")
@@ -133,7 +135,7 @@ def mode_active(default_target: str, targets: list[str]):
     # just enabled them) are started explicitly so that the run waits for their readiness.
     yield (
         f"w=$(systemctl show -p Wants --value {shlex.quote(target)}); "
-        'if [ -n "$w" ]; then systemctl start $w; fi'
+        f'if [ -n "$w" ]; then {shlex.quote(rigup_start)} $w; fi'
     )
 
 
@@ -176,6 +178,7 @@ def modes(settings) -> None:
         modes=services,
         names=list(MODES),
         default=data.rigup_mode,
+        rigup_start=rigup_start(settings),
     )
     files.link(name=f"Link {COMMAND_LINK}", path=COMMAND_LINK, target=command)
     systemd.daemon_reload(name="systemd daemon-reload (mode targets)", _if=any_changed(*changed))
@@ -191,4 +194,5 @@ def modes(settings) -> None:
         name=f"A mode is running ({data.rigup_mode} when none is)",
         default_target=MODES[data.rigup_mode],
         targets=list(MODES.values()),
+        rigup_start=rigup_start(settings),
     )

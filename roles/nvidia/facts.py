@@ -1,5 +1,5 @@
 """Facts of the NVIDIA layer. Each ``process()`` is pure and tested on captured output
-(tests/unit/test_nvidia_facts.py); the parsing itself lives in roles/nvidia/parsers.py."""
+(tests/unit/test_nvidia_role.py); the parsing itself lives in roles/nvidia/parsers.py."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from roles.nvidia.parsers import (
     GPU_QUERY_COMMAND,
     ParseError,
     parse_driver_state,
-    parse_gpu_query,
     parse_nvlink_status,
     parse_p2p_matrix,
     parse_topology,
+    read_gpu_query,
 )
 
 #: PCI class codes of GPUs: 0x0300 VGA controller, 0x0302 3D controller (PCI SIG class codes).
@@ -104,29 +104,34 @@ class NvidiaPackages(FactBase):
 
 
 class NvidiaGpus(FactBase):
-    """GPUs as the driver reports them (``nvidia-smi --query-gpu``, see parsers.GPU_QUERY_FIELDS).
+    """GPUs as the driver reports them (``nvidia-smi --query-gpu``, see parsers.GPU_QUERY_FIELDS),
+    read by parsers.read_gpu_query whatever nvidia-smi printed and however it exited.
 
-    ``{"gpus": [GpuInfo, ...], "error": None}``; ``None`` when nvidia-smi is not installed;
-    ``{"gpus": [], "error": "<first line nvidia-smi printed>"}`` when it fails (e.g. "Failed to
-    initialize NVML: Driver/library version mismatch").
+    ``{"gpus": [GpuInfo, ...], "verdicts": [Verdict, ...], "exit_code": 0, "error": None |
+    "<the first failure: what, why, fix>"}``; ``None`` when nvidia-smi is not installed.
     """
 
     def command(self) -> str:
         return (
             "command -v nvidia-smi >/dev/null 2>&1 || { echo @absent; exit 0; }; "
-            f'out=$({GPU_QUERY_COMMAND} 2>&1) && echo "$out" || {{ echo @failed; echo "$out"; }}'
+            f'out=$({GPU_QUERY_COMMAND} 2>&1); echo "@exit $?"; printf \'%s\\n\' "$out"'
         )
 
     def process(self, output: list[str]) -> dict | None:
         if not output or output[0].strip() == "@absent":
             return None
-        if output[0].strip() == "@failed":
-            message = next((line.strip() for line in output[1:] if line.strip()), "no output")
-            return {"gpus": [], "error": message}
-        try:
-            return {"gpus": parse_gpu_query("\n".join(output)), "error": None}
-        except ParseError as exc:
-            return {"gpus": [], "error": str(exc)}
+        exit_code = 0
+        if output[0].startswith("@exit"):
+            status = output[0].removeprefix("@exit").strip()
+            exit_code = int(status) if status.isdigit() else 255
+            output = output[1:]
+        query = read_gpu_query("\n".join(output), exit_code)
+        return {
+            "gpus": query.gpus,
+            "verdicts": query.verdicts,
+            "exit_code": exit_code,
+            "error": query.error,
+        }
 
 
 class NvidiaInterconnect(FactBase):
@@ -163,23 +168,54 @@ class NvidiaInterconnect(FactBase):
         return result
 
 
-#: Ubuntu's kernel metapackages, held on the Ubuntu install path with the driver (prebuilt
-#: modules exist per kernel, so the two must move together).
-KERNEL_METAPACKAGES = ("linux-generic", "linux-image-generic", "linux-headers-generic")
-
-
-class KernelMetapackages(FactBase):
-    """Installed ones among :data:`KERNEL_METAPACKAGES`: ``["linux-generic", ...]``."""
+class KernelPackages(FactBase):
+    """The running kernel and the installed kernel packages with what each depends on, from
+    which roles/nvidia/kernel.py derives the flavour (the installed meta-package that tracks the
+    running kernel): ``{"kernel": "7.0.0-44-generic", "packages": {"linux-image-generic-hwe-26.04":
+    "linux-image-7.0.0-44-generic, linux-firmware, ...", ...}}``. Only installed packages."""
 
     def command(self) -> str:
         return (
-            "dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' "
-            + " ".join(KERNEL_METAPACKAGES)
-            + " 2>/dev/null; true"
+            'echo "@kernel $(uname -r)"; '
+            "dpkg-query -W -f='${db:Status-Abbrev}|${Package}|${Depends}\\n' 'linux-*' "
+            "2>/dev/null; true"
         )
 
-    def process(self, output: list[str]) -> list[str]:
-        return [line.split()[1] for line in output if line.split()[:1] in (["ii"], ["hi"])]
+    def process(self, output: list[str]) -> dict:
+        kernel = ""
+        packages: dict[str, str] = {}
+        for line in output:
+            if line.startswith("@kernel "):
+                kernel = line.split(None, 1)[1].strip() if len(line.split()) > 1 else ""
+                continue
+            status, _, rest = line.partition("|")
+            name, _, depends = rest.partition("|")
+            if status.strip() in ("ii", "hi") and name.strip():
+                packages[name.strip()] = depends.strip()
+        return {"kernel": kernel, "packages": packages}
+
+
+class SystemdUnits(FactBase):
+    """Load and unit-file state of systemd units: ``{"nvidia-persistenced.service":
+    {"LoadState": "masked", "UnitFileState": "masked"}, ...}`` (units systemd does not know read
+    ``LoadState=not-found``)."""
+
+    def command(self, units: list[str]) -> str:
+        names = " ".join(shlex.quote(u) for u in units)
+        return f"systemctl show -p Id,LoadState,UnitFileState -- {names} 2>/dev/null; true"
+
+    def process(self, output: list[str]) -> dict[str, dict[str, str]]:
+        units: dict[str, dict[str, str]] = {}
+        current: dict[str, str] | None = None
+        for line in output:
+            key, sep, value = line.strip().partition("=")
+            if not sep:
+                continue
+            if key == "Id":
+                current = units.setdefault(value, {})
+            elif current is not None:
+                current[key] = value
+        return units
 
 
 class CudaToolkitHome(FactBase):

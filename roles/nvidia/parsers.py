@@ -6,6 +6,10 @@ the tests read the tools' output with the same code. Every parser is tested on r
 output (tests/fixtures: 2x H200 captured with driver 580.159.04; RTX 3090 layouts from owners'
 reports).
 
+What a failure means lives in the diagnosis library (roles/common/diagnosis.py, installed beside
+this module as ``rigup_diagnosis``): the readers here return its verdicts for what they cannot
+read as data, and never raise on a tool's output, whatever its exit status.
+
 Shapes (units in the names): power in W, link speed in GB/s, versions as strings.
 """
 
@@ -13,6 +17,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+try:  # on the host: installed beside this module by rigup
+    import rigup_diagnosis as diagnosis
+except ImportError:  # on the controller
+    from roles.common import diagnosis
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -41,12 +50,13 @@ GPU_QUERY_FIELDS = (
     "power.min_limit",
     "power.max_limit",
     "enforced.power.limit",
+    "compute_cap",
 )
 
-#: The command line for :data:`GPU_QUERY_FIELDS` without header or units.
-GPU_QUERY_COMMAND = (
-    f"nvidia-smi --query-gpu={','.join(GPU_QUERY_FIELDS)} --format=csv,noheader,nounits"
-)
+#: The output format of every query rigup makes: no header, no units.
+GPU_QUERY_FORMAT = "--format=csv,noheader,nounits"
+#: The command line for :data:`GPU_QUERY_FIELDS`.
+GPU_QUERY_COMMAND = f"nvidia-smi --query-gpu={','.join(GPU_QUERY_FIELDS)} {GPU_QUERY_FORMAT}"
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,7 @@ class GpuInfo:
     min_power_limit_w: float | None = None
     max_power_limit_w: float | None = None
     enforced_power_limit_w: float | None = None
+    compute_capability: str = ""  # "8.6" for an RTX 3090 (compute_cap)
 
 
 _FIELD_ATTR = {
@@ -82,6 +93,7 @@ _FIELD_ATTR = {
     "power.min_limit": "min_power_limit_w",
     "power.max_limit": "max_power_limit_w",
     "enforced.power.limit": "enforced_power_limit_w",
+    "compute_cap": "compute_capability",
 }
 
 
@@ -96,40 +108,100 @@ def _watts(value: str) -> float | None:
         raise ParseError(f"nvidia-smi --query-gpu: {value!r} is not a power in W") from exc
 
 
+def _gpu_row(line: str, fields: tuple[str, ...]) -> GpuInfo:
+    """One data row of ``--query-gpu``; :class:`ParseError` when it is not one."""
+    cols = [c.strip() for c in line.split(",")]
+    if len(cols) != len(fields):
+        raise ParseError(
+            f"nvidia-smi --query-gpu: expected {len(fields)} columns, got {len(cols)}: {line!r}"
+        )
+    values: dict = {}
+    for name, raw in zip(fields, cols, strict=True):
+        attr = _FIELD_ATTR.get(name)
+        if attr is None:
+            continue
+        if attr == "index":
+            if not raw.isdigit():
+                raise ParseError(f"nvidia-smi --query-gpu: {raw!r} is not a GPU index")
+            values[attr] = int(raw)
+        elif attr.endswith("_w"):
+            values[attr] = _watts(raw)
+        else:
+            values[attr] = raw
+    if "index" not in values or "uuid" not in values:
+        raise ParseError("nvidia-smi --query-gpu: the index and uuid columns are required")
+    return GpuInfo(**values)
+
+
+def _query_lines(text: str, fields: tuple[str, ...]) -> tuple[list[str], tuple[str, ...]]:
+    lines = [line.strip() for line in strip_ansi(text).splitlines() if line.strip()]
+    if lines and lines[0].lower().startswith("index"):
+        fields = tuple(re.sub(r"\s*\[.*\]$", "", col.strip()) for col in lines[0].split(","))
+        lines = lines[1:]
+    return lines, fields
+
+
 def parse_gpu_query(text: str, fields: tuple[str, ...] = GPU_QUERY_FIELDS) -> list[GpuInfo]:
     """Parse ``nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]`` into GPUs.
 
     With a header line (``index, uuid, power.limit [W], ...``) the columns are taken from it, so
     both captured layouts read the same; without one, ``fields`` names the columns in order.
     Unknown columns are ignored. Raises :class:`ParseError` on rows of the wrong width or
-    non-numeric values.
+    non-numeric values: for output that may hold error lines use :func:`read_gpu_query`.
     """
-    lines = [line.strip() for line in strip_ansi(text).splitlines() if line.strip()]
-    if lines and lines[0].lower().startswith("index"):
-        fields = tuple(re.sub(r"\s*\[.*\]$", "", col.strip()) for col in lines[0].split(","))
-        lines = lines[1:]
-    gpus = []
+    lines, fields = _query_lines(text, fields)
+    return [_gpu_row(line, fields) for line in lines]
+
+
+@dataclass(frozen=True)
+class GpuQuery:
+    """What :func:`read_gpu_query` read: the GPUs whose rows it could read, the diagnosis of
+    everything else nvidia-smi printed and of its exit status, and the status itself."""
+
+    gpus: list[GpuInfo]
+    verdicts: list[diagnosis.Verdict]
+    exit_code: int | None = 0
+
+    @property
+    def failed(self) -> list[diagnosis.Verdict]:
+        return diagnosis.failures(self.verdicts)
+
+    @property
+    def error(self) -> str | None:
+        """The first failure as one sentence (what, why, fix), or None."""
+        return str(self.failed[0]) if self.failed else None
+
+
+def read_gpu_query(
+    text: str | None, exit_code: int | None = 0, fields: tuple[str, ...] = GPU_QUERY_FIELDS
+) -> GpuQuery:
+    """Read ``nvidia-smi --query-gpu`` output (stdout and stderr together) of ANY shape: rows of
+    the GPUs it reached, error lines for the ones it did not ("Unable to determine the device
+    handle for GPU1: 0000:02:00.0: Unknown Error"), a driver that does not answer, garbage, with
+    any exit status. Never raises: every line that is not a row is named by the diagnosis
+    library, and so is an exit status no line explains."""
+    lines, fields = _query_lines(text or "", fields)
+    gpus: list[GpuInfo] = []
+    other: list[str] = []
     for line in lines:
-        cols = [c.strip() for c in line.split(",")]
-        if len(cols) != len(fields):
-            raise ParseError(
-                f"nvidia-smi --query-gpu: expected {len(fields)} columns, got {len(cols)}: {line!r}"
+        try:
+            gpus.append(_gpu_row(line, fields))
+        except (ParseError, ValueError, TypeError):
+            other.append(line)
+    verdicts, unrecognised = diagnosis.classify_nvidia_smi(other, exit_code)
+    if unrecognised:
+        verdicts.append(
+            diagnosis.Verdict(
+                id="nvidia-smi-unrecognised",
+                severity=diagnosis.WARN,
+                what="nvidia-smi printed lines rigup does not recognise",
+                why=f"{len(unrecognised)} line(s), e.g. {unrecognised[0]!r}",
+                fix="run the query by hand; report the output to rigup",
+                evidence=tuple(unrecognised),
+                source="nvidia-smi",
             )
-        values: dict = {}
-        for name, raw in zip(fields, cols, strict=True):
-            attr = _FIELD_ATTR.get(name)
-            if attr is None:
-                continue
-            if attr == "index":
-                values[attr] = int(raw)
-            elif attr.endswith("_w"):
-                values[attr] = _watts(raw)
-            else:
-                values[attr] = raw
-        if "index" not in values or "uuid" not in values:
-            raise ParseError("nvidia-smi --query-gpu: the index and uuid columns are required")
-        gpus.append(GpuInfo(**values))
-    return gpus
+        )
+    return GpuQuery(gpus, verdicts, exit_code)
 
 
 # --- nvidia-smi -pl ------------------------------------------------------------------------------
@@ -284,17 +356,10 @@ def parse_proc_driver_version(text: str) -> tuple[str, bool] | None:
 
 
 def parse_secure_boot(text: str) -> bool | None:
-    """``mokutil --sb-state`` -> True (enabled), False (disabled), None (no EFI / unknown).
-
-    Answers: "SecureBoot enabled", "SecureBoot disabled", "This system doesn't support Secure
-    Boot", "EFI variables are not supported on this system".
-    """
-    lower = text.lower()
-    if "secureboot enabled" in lower:
-        return True
-    if "secureboot disabled" in lower:
-        return False
-    return None
+    """Whether ``mokutil --sb-state`` (its whole output) says Secure Boot is ENFORCED: True,
+    False (disabled, validation disabled in shim, setup mode, no EFI, not supported), None
+    (unknown). The diagnosis library's :func:`secure_boot` says why."""
+    return diagnosis.secure_boot(text).enforced
 
 
 @dataclass(frozen=True)
@@ -321,7 +386,8 @@ def parse_dkms_status(text: str) -> list[DkmsEntry]:
         parts = [p.strip() for p in head.split(",")]
         module, _, version = parts[0].partition("/")
         kernel = parts[1] if len(parts) > 1 else ""
-        entries.append(DkmsEntry(module, version, kernel, state.strip().split()[0]))
+        words = state.split()
+        entries.append(DkmsEntry(module, version, kernel, words[0] if words else ""))
     return entries
 
 
@@ -493,12 +559,24 @@ def interconnect_env(result: Interconnect | None) -> tuple[dict[str, str], list[
 
 # --- driver state and diagnosis -----------------------------------------------------------------
 
+#: Lines of DKMS output (apt's term.log, make.log) worth classifying: the failure, the log it
+#: names, and the usual causes (headers, compiler).
+_DKMS_GREP = (
+    "Bad return status|Consult .*make\\.log|kernel headers for kernel|compiler differs|"
+    "kernel was built by|You are using|gcc[^ ]*: (not found|No such file)|BUILD_EXCLUSIVE"
+)
+
 #: Shell snippet that prints the driver state as ``key=value`` lines (read by
-#: :func:`parse_driver_state`); run by the NvidiaDriverState fact and by rigup-nvidia-diagnose.
+#: :func:`parse_driver_state`); run by the NvidiaDriverState fact, by rigup-nvidia-diagnose and by
+#: the boot units when nvidia-smi fails. Read-only.
 DRIVER_STATE_COMMAND = (
-    'echo "kernel=$(uname -r)"; '
+    'k=$(uname -r); echo "kernel=$k"; '
     'echo "loaded=$(cat /sys/module/nvidia/version 2>/dev/null)"; '
-    'echo "installed=$(modinfo -k "$(uname -r)" -F version nvidia 2>/dev/null | head -n1)"; '
+    'echo "installed=$(modinfo -k "$k" -F version nvidia 2>/dev/null | head -n1)"; '
+    'echo "signer=$(modinfo -k "$k" -F signer nvidia 2>/dev/null | head -n1)"; '
+    "for d in /lib/modules/*; do "
+    'v=$(modinfo -k "${d##*/}" -F version nvidia 2>/dev/null | head -n1); '
+    'test -n "$v" && echo "module_kernel=${d##*/} $v"; done; '
     "lib=$(ldconfig -p 2>/dev/null | awk '/libnvidia-ml\\.so\\.1 .*x86-64/ {print $NF; exit}'); "
     'echo "userspace=$(test -n "$lib" && readlink -f "$lib" | sed -n \'s/.*libnvidia-ml\\.so\\.//p\')"; '
     'echo "nouveau_loaded=$(test -d /sys/module/nouveau && echo 1 || echo 0)"; '
@@ -506,8 +584,47 @@ DRIVER_STATE_COMMAND = (
     '/etc/modprobe.d /usr/lib/modprobe.d /lib/modprobe.d | head -n1)"; '
     'echo "reboot_required=$(test -f /var/run/reboot-required && echo 1 || echo 0)"; '
     'echo "nvidia_smi=$(command -v nvidia-smi)"; '
-    'echo "secure_boot=$(mokutil --sb-state 2>&1 | head -n1)"; '
-    "dkms status nvidia 2>/dev/null | sed 's/^/dkms=/'; true"
+    "mokutil --sb-state 2>&1 | sed 's/^/secure_boot=/'; "
+    "mok=/var/lib/shim-signed/mok/MOK.der; test -f $mok && "
+    "mokutil --test-key $mok 2>&1 | head -n1 | sed 's/^/mok=/'; "
+    'echo "efi=$(test -d /sys/firmware/efi && echo 1 || echo 0)"; '
+    "e=/sys/firmware/efi/efivars; g=8be4df61-93ca-11d2-aa0d-e98c0e1d93e9; "
+    "echo \"sb_var=$(od -An -tu1 $e/SecureBoot-$g 2>/dev/null | awk '{print $NF}')\"; "
+    "echo \"setup_var=$(od -An -tu1 $e/SetupMode-$g 2>/dev/null | awk '{print $NF}')\"; "
+    'echo "moksbstate=$(test -e $e/MokSBStateRT-605dab50-e046-4300-abb6-3dd810dd8b23 && echo 1 || echo 0)"; '
+    "for d in /sys/bus/pci/devices/*; do "
+    'test "$(cat $d/vendor 2>/dev/null)" = 0x10de || continue; '
+    'case "$(cat $d/class)" in 0x0300*|0x0302*) ;; *) continue ;; esac; '
+    'drv=-; test -e $d/driver && drv=$(basename "$(readlink $d/driver)"); '
+    'echo "gpu_driver=${d##*/} $drv"; done; '
+    "dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' 'linux-modules-nvidia-*' "
+    "'nvidia-dkms-*' 'nvidia-open' 'nvidia-driver-*' 'cuda-keyring' 2>/dev/null "
+    '| awk \'$1 == "ii" || $1 == "hi" {print "package=" $2}\'; '
+    "dkms status nvidia 2>/dev/null | sed 's/^/dkms=/'; "
+    "ls -d /var/lib/dkms/nvidia/*/build/make.log /var/lib/dkms/nvidia/*/*/*/log/make.log "
+    "2>/dev/null | sed 's/^/dkms_log=/'; "
+    f"{{ grep -hE '{_DKMS_GREP}' /var/log/apt/term.log 2>/dev/null | tail -n 20; "
+    "for f in /var/lib/dkms/nvidia/*/build/make.log; do "
+    f"grep -hE '{_DKMS_GREP}' \"$f\" 2>/dev/null | tail -n 10; done; }} | sed 's/^/dkms_out=/'; "
+    "journalctl -k -b --no-pager -q 2>/dev/null "
+    "| grep -E 'NVRM|nvidia|Lockdown|fallen off the bus' | tail -n 60 | sed 's/^/klog=/'; true"
+)
+
+_MULTI = ("secure_boot", "module_kernel", "gpu_driver", "package", "dkms", "dkms_log")
+_MULTI += ("dkms_out", "klog")
+
+
+def _int_or_none(value: str | None) -> int | None:
+    return int(value) if value and value.strip().isdigit() else None
+
+
+#: Verdicts of nvidia-smi whose cause the driver state can name.
+DRIVER_KINDS = (
+    "driver-not-loaded",
+    "driver-library-mismatch",
+    "nvml-missing",
+    "nvml-failed",
+    "nvidia-smi-missing",
 )
 
 
@@ -516,128 +633,127 @@ def parse_driver_state(lines: list[str]) -> dict:
 
     Returns ``{"kernel": "7.0.0-44-generic", "loaded": "580.178.04" | None (module in memory,
     /sys/module/nvidia/version), "installed": version of the module on disk for the running
-    kernel (modinfo) | None, "userspace": libnvidia-ml version in the linker cache | None,
-    "nouveau_loaded": bool, "nouveau_blacklisted": bool, "reboot_required": bool,
-    "nvidia_smi": path | None, "secure_boot": True | False | None, "dkms": [DkmsEntry]}``.
+    kernel (modinfo) | None, "signer": its signer | None, "module_kernels": {kernel: version}
+    (every kernel with an nvidia module), "userspace": libnvidia-ml version in the linker cache |
+    None, "nouveau_loaded": bool, "nouveau_blacklisted": bool, "reboot_required": bool,
+    "nvidia_smi": path | None, "secure_boot": True (enforced) | False | None (unknown),
+    "secure_boot_state": "enforced" | "shim-validation-disabled" | "setup-mode" | "disabled" |
+    "no-efi" | "unsupported" | "unknown", "secure_boot_note": one sentence, "mok_enrolled": the
+    Machine Owner Key DKMS signs with is enrolled (True / False / None: no key), "gpu_drivers":
+    [driver bound to each NVIDIA GPU on the PCI bus, None when unbound], "gpu_addresses": [...],
+    "packages": [installed driver packages], "dkms": [DkmsEntry], "dkms_logs": [make.log paths],
+    "dkms_output": [DKMS error lines], "kernel_log": [NVIDIA kernel log lines of this boot]}``.
     """
     values: dict[str, str] = {}
-    dkms_lines = []
+    multi: dict[str, list[str]] = {key: [] for key in _MULTI}
     for line in lines:
         key, sep, value = line.partition("=")
         if not sep:
             continue
-        if key == "dkms":
-            dkms_lines.append(value)
+        if key in multi:
+            multi[key].append(value.rstrip())
         else:
             values[key] = value.strip()
+    efi = values.get("efi")
+    sb = diagnosis.secure_boot(
+        "\n".join(multi["secure_boot"]),
+        efi=None if efi is None else efi == "1",
+        sb_var=_int_or_none(values.get("sb_var")),
+        setup_var=_int_or_none(values.get("setup_var")),
+        moksbstate=values.get("moksbstate") == "1" if "moksbstate" in values else None,
+    )
+    module_kernels = {}
+    for entry in multi["module_kernel"]:
+        kernel, _, version = entry.partition(" ")
+        module_kernels[kernel] = version.strip()
+    gpus = [entry.split() for entry in multi["gpu_driver"] if entry.split()]
     return {
         "kernel": values.get("kernel", ""),
         "loaded": values.get("loaded") or None,
         "installed": values.get("installed") or None,
+        "signer": values.get("signer") or None,
+        "module_kernels": module_kernels,
         "userspace": values.get("userspace") or None,
         "nouveau_loaded": values.get("nouveau_loaded") == "1",
         "nouveau_blacklisted": bool(values.get("nouveau_blacklisted")),
         "reboot_required": values.get("reboot_required") == "1",
         "nvidia_smi": values.get("nvidia_smi") or None,
-        "secure_boot": parse_secure_boot(values.get("secure_boot", "")),
-        "dkms": parse_dkms_status("\n".join(dkms_lines)),
+        "secure_boot": sb.enforced,
+        "secure_boot_state": sb.state,
+        "secure_boot_note": str(sb.verdict),
+        # the key DKMS signs with (Ubuntu's update-secureboot-policy): "is already enrolled"
+        "mok_enrolled": None if "mok" not in values else "already enrolled" in values["mok"],
+        "gpu_addresses": [g[0] for g in gpus],
+        "gpu_drivers": [None if len(g) < 2 or g[1] == "-" else g[1] for g in gpus],
+        "packages": [p.strip() for p in multi["package"] if p.strip()],
+        "dkms": parse_dkms_status("\n".join(multi["dkms"])),
+        "dkms_logs": multi["dkms_log"],
+        "dkms_output": multi["dkms_out"],
+        "kernel_log": multi["klog"],
     }
 
 
-@dataclass(frozen=True)
-class Finding:
-    """A diagnosed driver problem: its ``cause``, the ``fix``, and whether a reboot fixes it."""
+def diagnose_driver(
+    state: dict, gpu_drivers: list[str | None] | None = None, install_path: str | None = None
+) -> list[diagnosis.Verdict]:
+    """The driver's verdicts (diagnosis library, source ``driver-state``) from
+    :func:`parse_driver_state` output. ``gpu_drivers`` (the driver bound to each NVIDIA GPU on
+    the PCI bus) and ``install_path`` override what the state found itself. A driver that is not
+    loaded is one verdict, ``driver-not-loaded/<cause>``; [] for a healthy driver."""
+    merged = dict(state)
+    if gpu_drivers is not None:
+        merged["gpu_drivers"] = gpu_drivers
+    if install_path is not None:
+        merged["install_path"] = install_path
+    return diagnosis.classify_driver_state(merged)
 
-    cause: str
-    fix: str
-    reboot_fixes: bool
 
-    def __str__(self) -> str:
-        return f"{self.cause}. Fix: {self.fix}"
+def explain(verdicts: list[diagnosis.Verdict], state: dict | None) -> list[diagnosis.Verdict]:
+    """Replace a tool's general verdict ("the NVIDIA kernel module is not loaded", nvidia-smi
+    missing) by the driver state's specific one of the same kind, with its cause and fix."""
+    if state is None:
+        return list(verdicts)
+    driver = diagnose_driver(state)
+    not_loaded = [v for v in driver if v.kind == "driver-not-loaded"]
+    general = [v for v in verdicts if v.kind in DRIVER_KINDS]
+    if not_loaded and general:
+        return [v for v in verdicts if v.kind not in DRIVER_KINDS] + not_loaded
+    return diagnosis.refine(verdicts, driver)
 
 
-def diagnose_driver(state: dict, gpu_drivers: list[str | None] | None = None) -> list[Finding]:
-    """Diagnose the failures 3090 owners report, from :func:`parse_driver_state` output.
+# --- on the host: the tools' runs, shared by rigup-gpu-power, rigup-nvlink, rigup-nvidia-diagnose --
 
-    ``gpu_drivers``: the kernel driver bound to each NVIDIA GPU on the PCI bus (None = unbound).
-    Covers: nouveau bound, driver installed but not loaded, kernel module version different from
-    the userspace libraries (nvidia-smi: "Driver/library version mismatch"), module on disk newer
-    than the one loaded, DKMS build failed for the running kernel, no module for the running
-    kernel. Returns [] for a healthy driver and for a host with no NVIDIA userspace at all (a
-    fresh box: nothing to diagnose yet).
-    """
-    findings: list[Finding] = []
-    kernel = state.get("kernel") or "the running kernel"
-    loaded, installed, userspace = (
-        state.get("loaded"),
-        state.get("installed"),
-        state.get("userspace"),
-    )
-    if state.get("nouveau_loaded") or "nouveau" in (gpu_drivers or []):
-        findings.append(
-            Finding(
-                "nouveau (the open-source driver) is loaded"
-                + (" and bound to a GPU" if "nouveau" in (gpu_drivers or []) else ""),
-                "blacklist it (/etc/modprobe.d/rigup-blacklist-nouveau.conf, written by rigup), "
-                "regenerate the initramfs (update-initramfs -u) and reboot",
-                True,
-            )
-        )
-    if not userspace and not installed and not loaded:
-        return findings
-    if loaded is None:
-        dkms = [e for e in state.get("dkms", []) if e.module == "nvidia"]
-        for_kernel = [e for e in dkms if e.kernel == state.get("kernel")]
-        if installed:
-            findings.append(
-                Finding(
-                    f"the NVIDIA driver {installed} is installed for {kernel} but not loaded",
-                    "reboot; if it stays unloaded, `modprobe nvidia` and `journalctl -k | grep -iE "
-                    "'nvrm|nvidia'` show why (with Secure Boot on, an unsigned module is rejected: "
-                    "'Key was rejected by service')",
-                    True,
-                )
-            )
-        elif dkms and not any(e.state == "installed" for e in for_kernel):
-            version = dkms[0].version
-            state_text = for_kernel[0].state if for_kernel else "not built"
-            findings.append(
-                Finding(
-                    f"the DKMS build of nvidia {version} failed for {kernel} ({state_text})",
-                    f"read /var/lib/dkms/nvidia/{version}/build/make.log; install the headers "
-                    f"(`apt install linux-headers-{state.get('kernel')}`) and run `dkms "
-                    f"autoinstall -k {state.get('kernel')}`, or boot a kernel it built for; "
-                    "the Ubuntu install path (nvidia_install_path = 'ubuntu') uses Canonical's "
-                    "prebuilt modules and needs no DKMS",
-                    False,
-                )
-            )
-        else:
-            findings.append(
-                Finding(
-                    f"no nvidia kernel module exists for {kernel}",
-                    "install the prebuilt modules for this kernel (`apt install "
-                    "linux-modules-nvidia-<branch>-open-$(uname -r)`) or boot the kernel they "
-                    "were installed for; a converge installs the -generic metapackage",
-                    False,
-                )
-            )
-    elif userspace and loaded != userspace:
-        findings.append(
-            Finding(
-                f"the loaded kernel module is {loaded} but the userspace libraries are {userspace} "
-                "(nvidia-smi: 'Driver/library version mismatch')",
-                "reboot to load the module that matches the libraries (an upgrade replaced them "
-                "under the running driver); rigup holds the packages so it does not recur",
-                True,
-            )
-        )
-    elif installed and installed != loaded:
-        findings.append(
-            Finding(
-                f"the module on disk is {installed} but {loaded} is loaded",
-                "reboot to load the installed module",
-                True,
-            )
-        )
-    return findings
+
+def run(argv: list[str], timeout: float = 120) -> tuple[int, str]:
+    """Run a command; ``(exit status, stdout + stderr)``. A missing program is status 127 and a
+    timeout 124, like a shell's, never an exception."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
+    except FileNotFoundError:
+        return 127, f"{argv[0]}: command not found"
+    except subprocess.TimeoutExpired:
+        return 124, f"{' '.join(argv)}: no answer within {timeout:g} s"
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def driver_state(runner=run, command: str = DRIVER_STATE_COMMAND) -> dict:
+    """:func:`parse_driver_state` of ``command`` (:data:`DRIVER_STATE_COMMAND`) run through
+    ``runner``."""
+    _, out = runner(["sh", "-c", command])
+    return parse_driver_state(out.splitlines())
+
+
+def query_gpus(
+    runner=run, smi: str = "nvidia-smi", state_command: str = DRIVER_STATE_COMMAND
+) -> GpuQuery:
+    """``nvidia-smi --query-gpu`` through ``runner``, read by :func:`read_gpu_query`. When it
+    fails for a driver reason ("couldn't communicate with the NVIDIA driver"), the driver state
+    names the cause: one "the NVIDIA kernel module is not loaded" verdict with it."""
+    code, out = runner([smi, f"--query-gpu={','.join(GPU_QUERY_FIELDS)}", GPU_QUERY_FORMAT])
+    query = read_gpu_query(out, code)
+    if any(v.kind in DRIVER_KINDS for v in query.failed):
+        state = driver_state(runner, state_command)
+        query = GpuQuery(query.gpus, explain(query.verdicts, state), code)
+    return query

@@ -55,6 +55,9 @@ RULES: dict[str, Check] = {
     "nvlink_link_gbps": number(0.0, 1000.0, lo_open=True),
     "nvidia_reboot_allowed": boolean,
     "nvidia_reboot_timeout_s": integer(60, 7200),
+    "nvidia_gpu_compute_capability": matches(
+        re.compile(r"^\d{1,2}\.\d$"), 'a compute capability such as "8.6" (RTX 3090), a string'
+    ),
 }
 
 #: None = each card's default power limit.

@@ -40,6 +40,34 @@ def serve_args(data: Mapping[str, Any] | Any, model_dir: str) -> list[str]:
         args += ["--speculative-config", json.dumps(dict(spec), separators=(",", ":"))]
     if data.get("vllm_text_only_method") == "language_model_only":
         args.append("--language-model-only")
+    args += ["--max-num-seqs", str(data.get("vllm_max_num_seqs"))]
+    args.append(
+        "--enable-prefix-caching"
+        if data.get("vllm_enable_prefix_caching")
+        else "--no-enable-prefix-caching"
+    )
+    args.append(
+        "--enable-chunked-prefill"
+        if data.get("vllm_enable_chunked_prefill")
+        else "--no-enable-chunked-prefill"
+    )
+    threshold = data.get("vllm_long_prefill_token_threshold")
+    if threshold:
+        args += ["--long-prefill-token-threshold", str(threshold)]
+    if data.get("vllm_reasoning_parser"):
+        args += ["--reasoning-parser", str(data.get("vllm_reasoning_parser"))]
+    if data.get("vllm_tool_call_parser"):
+        args += [
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            str(data.get("vllm_tool_call_parser")),
+        ]
+    generation = data.get("vllm_override_generation_config")
+    if generation:
+        args += [
+            "--override-generation-config",
+            json.dumps(dict(generation), separators=(",", ":"), sort_keys=True),
+        ]
     args += [str(a) for a in data.get("vllm_extra_args") or []]
     return args
 
@@ -69,6 +97,10 @@ def service_env(
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
+    if data.get("vllm_device") != "cpu":
+        # PyTorch's sampler instead of FlashInfer's: +1.7-3.0 % decode with MTP on 2x3090
+        # (club-3090's measurement; vLLM 0.22.1 uses FlashInfer's on sm_86 by default)
+        env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
     env.update({str(k): str(v) for k, v in (data.get("vllm_env") or {}).items()})
     return env
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from roles.common.checks import (
+    ENV_NAME,
     SAFE_NAME,
     UNIX_NAME,
     Check,
+    boolean,
     choice,
     env_mapping,
     host_address,
@@ -22,7 +25,12 @@ from roles.common.checks import (
 )
 from roles.common.locks import version_check
 
-LOCK = Path(__file__).resolve().parents[2] / "files" / "vllm" / "requirements.lock"
+FILES = Path(__file__).resolve().parents[2] / "files" / "vllm"
+LOCK = FILES / "requirements.lock"
+CPU_LOCK = FILES / "requirements-cpu.lock"
+
+#: vllm_device values: the rig's CUDA build, or the same release's CPU build (roles/vllm/cpu.py)
+DEVICES = ("cuda", "cpu")
 
 #: KV cache dtypes accepted by vLLM 0.22.1 (``CacheDType`` in vllm/config/cache.py). Checked here
 #: only to fail early on the controller; tests/vllm re-checks this list against the installed
@@ -44,6 +52,13 @@ KV_CACHE_DTYPES = (
     "fp8_per_token_head",
     "nvfp4",
 )
+
+#: KV cache dtypes that need a minimum GPU compute capability. vLLM's fp8 KV cache on CUDA is
+#: FP8 E4M3 ("fp8" = "fp8_e4m3"), which its Triton attention kernels store as Triton's fp8e4nv
+#: type: Ada (8.9) and newer only. On Ampere (RTX 3090: 8.6) vLLM dies at start-up with "type
+#: fp8e4nv not supported in this architecture"; fp8_e5m2 takes the same memory and works there.
+#: Checked against nvidia_gpu_compute_capability by roles/settings.py (it spans both roles).
+KV_CACHE_MIN_COMPUTE_CAPABILITY = {"fp8": (8, 9), "fp8_e4m3": (8, 9)}
 
 #: Text-only serving methods (docs/text-only.md).
 TEXT_ONLY_METHODS = ("language_model_only", "strip_vision_config")
@@ -70,8 +85,34 @@ def speculative_config(value: Any) -> str | None:
     return None
 
 
+#: Reasoning parsers and tool-call parsers of vLLM 0.22.1 that fit Qwen models (the full lists
+#: are checked by vLLM's own parser on the host; these are the ones rigup documents).
+PARSER_NAME = re.compile(r"^[a-z0-9_]{0,64}$")
+
+#: Keys vLLM 0.22.1 honours in --override-generation-config (vllm/config/model.py).
+GENERATION_KEYS = (
+    "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens",
+)  # fmt: skip
+
+
+def generation_config(value: Any) -> str | None:
+    """A mapping of :data:`GENERATION_KEYS` to numbers ({} = the model's own defaults)."""
+    if not isinstance(value, Mapping):
+        return f"must be a mapping such as {{'temperature': 0.6}}, got {value!r}"
+    unknown = sorted(set(value) - set(GENERATION_KEYS))
+    if unknown:
+        return (
+            f"vLLM 0.22.1 ignores {', '.join(map(str, unknown))} here; it honours "
+            f"{', '.join(GENERATION_KEYS)}"
+        )
+    bad = {k: v for k, v in value.items() if isinstance(v, bool) or not isinstance(v, (int, float))}
+    return f"values must be numbers, got {bad}" if bad else None
+
+
 RULES: dict[str, Check] = {
     "vllm_version": version_check(LOCK, "vllm", "vllm_version"),
+    "vllm_device": choice(DEVICES),
+    "vllm_cpu_memory_utilization": number(0.0, 1.0, lo_open=True),
     "vllm_user": matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
     "vllm_python": python_interpreter,
     "vllm_host": host_address,
@@ -85,6 +126,14 @@ RULES: dict[str, Check] = {
     "vllm_max_model_len": integer(1, 10_000_000),
     "vllm_gpu_memory_utilization": number(0.0, 1.0, lo_open=True),
     "vllm_text_only_method": choice(TEXT_ONLY_METHODS),
+    "vllm_reasoning_parser": matches(PARSER_NAME, "a vLLM reasoning parser name or ''"),
+    "vllm_tool_call_parser": matches(PARSER_NAME, "a vLLM tool-call parser name or ''"),
+    "vllm_max_num_seqs": integer(1, 1024),
+    "vllm_enable_prefix_caching": boolean,
+    "vllm_enable_chunked_prefill": boolean,
+    "vllm_long_prefill_token_threshold": integer(0, 10_000_000),
+    "vllm_override_generation_config": generation_config,
+    "vllm_api_key_env": matches(ENV_NAME, "an environment variable name such as VLLM_API_KEY"),
     "vllm_extra_args": str_list,
     "vllm_start_timeout_s": integer(30, 24 * 3600),
     "vllm_env": env_mapping,
@@ -97,10 +146,32 @@ OPTIONAL: tuple[str, ...] = ("vllm_speculative_config",)
 def consistency(values: Mapping[str, Any]) -> list[str]:
     """Rules over several vLLM keys; ``values`` holds every key that passed its own check."""
     problems = []
+    if values["vllm_device"] == "cpu":
+        problem = version_check(CPU_LOCK, "vllm-cpu", "vllm_version")(values["vllm_version"])
+        if problem:
+            problems.append(f"vllm_version: {problem}")
     if values["vllm_max_num_batched_tokens"] < values["vllm_block_size"]:
         problems.append(
             "vllm_max_num_batched_tokens: must be at least vllm_block_size "
             f"({values['vllm_max_num_batched_tokens']} < {values['vllm_block_size']})"
+        )
+    threshold = values["vllm_long_prefill_token_threshold"]
+    if threshold >= values["vllm_max_num_batched_tokens"]:
+        problems.append(
+            f"vllm_long_prefill_token_threshold: {threshold} must be below "
+            f"vllm_max_num_batched_tokens ({values['vllm_max_num_batched_tokens']}), or 0 (off)"
+        )
+    if threshold > values["vllm_max_model_len"]:
+        problems.append(
+            f"vllm_long_prefill_token_threshold: {threshold} is above vllm_max_model_len "
+            f"({values['vllm_max_model_len']})"
+        )
+    spec = values["vllm_speculative_config"]
+    if values["vllm_enable_prefix_caching"] and spec and spec.get("method") == "mtp":
+        problems.append(
+            "vllm_enable_prefix_caching: with MTP (vllm_speculative_config) vLLM 0.22.1 can corrupt "
+            "Qwen3.6's recurrent state from a cache hit (vllm#43559; the fix, vllm#48375, is not in "
+            "this release). Keep it False, or set vllm_speculative_config = None to use it"
         )
     clash = sorted({a.split("=", 1)[0] for a in values["vllm_extra_args"]} & set(MANAGED_FLAGS))
     if clash:

@@ -2,8 +2,9 @@
 
 Settings: every ``voxcpm_*`` key (rules in roles/voxcpm/settings.py). What it converges:
 
-- CPython ``voxcpm_python_version`` (3.10-3.12: voxcpm 2.0.3's range) installed by uv's managed
-  Python into ``<rigup_prefix>/python`` (roles/voxcpm/python.py, docs/voxcpm.md);
+- CPython ``voxcpm_python_version`` (3.11-3.12: voxcpm 2.0.3's 3.10-3.12 as far as its lock
+  allows) installed by uv's managed Python into ``<rigup_prefix>/python`` (roles/voxcpm/python.py,
+  docs/voxcpm.md);
 - the venv from files/voxcpm/requirements.lock (voxcpm==2.0.3 and every dependency, hashed);
 - the VoxCPM2 checkpoint placed from its manifest (files/model/manifests/voxcpm2.toml);
 - rigup's HTTP server (files/voxcpm/voxcpm_server.py), its env file (0640) and
@@ -25,6 +26,7 @@ from roles.common.service import GpuService, ServiceSpec
 from roles.model import ModelStore
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import service_mode
+from roles.nvidia.layer import NvidiaLayer
 from roles.voxcpm.paths import UNIT, VoxcpmPaths
 from roles.voxcpm.python import PythonVersion, managed_python_installed
 from roles.voxcpm.service import exec_start, server_args, service_env, start_decision
@@ -56,14 +58,15 @@ def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
 
 
 @deploy("VoxCPM2")
-def voxcpm(settings, store: ModelStore) -> None:
+def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> None:
     """Interpreter, locked venv, model, server and unit; start it where it can run.
 
     The service runs with the test double selected (``voxcpm_test_double_synthesizer``), or on
     a host that declares GPUs and has the NVIDIA driver; otherwise it is installed, stopped and
     disabled, and the run says why. Raises ``DeployError`` before any change when the model is
     neither placed nor available to place. Does nothing (and says so) when ``voxcpm_install`` is
-    False.
+    False. ``nvidia``: what roles.nvidia.nvidia returned in this run (the driver there or
+    planned); without it (a partial run) the host as it is.
     """
     if not settings.voxcpm_install:
         logger.info(f"[{host.name}] VoxCPM2: voxcpm_install is False; not installed")
@@ -88,7 +91,7 @@ def voxcpm(settings, store: ModelStore) -> None:
         mode="750",
     )
 
-    # --- the interpreter: CPython 3.10-3.12 from uv's managed Python -------------------------
+    # --- the interpreter: CPython 3.11-3.12 from uv's managed Python -------------------------
     interpreter = p.interpreter(version, host.get_fact(Arch))
     python = managed_python_installed(
         name=f"CPython {version} (uv managed Python) for VoxCPM2",
@@ -120,7 +123,7 @@ def voxcpm(settings, store: ModelStore) -> None:
     )
     svc.put("VoxCPM2 HTTP server (voxcpm_server.py)", FILES / "voxcpm_server.py", p.server)
 
-    blocker = start_decision(settings, gpu_hold_back_reason(settings))
+    blocker = start_decision(settings, gpu_hold_back_reason(settings, nvidia))
     if blocker is None and settings.voxcpm_test_double_synthesizer:
         logger.warning(
             f"[{host.name}] VoxCPM2: voxcpm_test_double_synthesizer is on: {UNIT} serves a "

@@ -1,24 +1,29 @@
-"""NVIDIA layer on a host with GPUs: driver loaded and consistent, GPU count, persistence mode,
-power limit, NVLink and P2P, units enabled. Expectations come from the settings
-(inventory/group_data/all.py and the inventory). Skipped on hosts that declare no GPUs (the lab).
+"""NVIDIA layer on a host with GPUs: driver loaded and consistent, GPU count, compute capability,
+persistence mode, power limit, NVLink and P2P, units enabled, no GPU failure in this boot's kernel
+log. Expectations come from the settings (inventory/group_data/all.py and the inventory). Skipped
+on hosts that declare no GPUs (the lab).
 
-Each failure says what is wrong and what fixes it. Read-only: nothing here changes a GPU setting.
+Each failure says what is wrong, why and what fixes it, in the words of the diagnosis library
+(roles/common/diagnosis.py) that the deploy, the boot units and rigup-nvidia-diagnose use too.
+Read-only: nothing here changes a GPU setting.
 """
 
 import json
 
 import pytest
 
+from roles.common import diagnosis
 from roles.nvidia import NVLINK_UNIT, PERSISTENCED, POWER_UNIT, NvidiaPaths
 from roles.nvidia.parsers import (
     DRIVER_STATE_COMMAND,
     GPU_QUERY_COMMAND,
     diagnose_driver,
+    explain,
     parse_driver_state,
-    parse_gpu_query,
     parse_nvlink_status,
     parse_p2p_matrix,
     parse_topology,
+    read_gpu_query,
     verify_interconnect,
 )
 
@@ -30,24 +35,42 @@ def _needs_gpus(data):
 
 
 @pytest.fixture(scope="module")
-def gpus(host):
+def state(host):
+    return parse_driver_state(host.run(DRIVER_STATE_COMMAND).stdout.splitlines())
+
+
+@pytest.fixture(scope="module")
+def gpus(host, state):
     out = host.run(GPU_QUERY_COMMAND)
-    assert out.rc == 0, (
-        f"nvidia-smi fails: {(out.stdout + out.stderr).strip()} — run "
-        "/opt/rigup/nvidia/bin/rigup-nvidia-diagnose on the host for the cause"
-    )
-    return parse_gpu_query(out.stdout)
+    query = read_gpu_query(out.stdout + out.stderr, out.rc)
+    failed = diagnosis.failures(explain(query.verdicts, state))
+    assert not failed, "; ".join(map(str, failed))
+    return query.gpus
 
 
-def test_driver_loaded_and_consistent(host):
-    state = parse_driver_state(host.run(DRIVER_STATE_COMMAND).stdout.splitlines())
-    findings = diagnose_driver(state)
-    assert state["loaded"], f"the NVIDIA kernel module is not loaded: {findings or 'no finding'}"
-    assert not findings, "; ".join(map(str, findings))
+def test_driver_loaded_and_consistent(host, state):
+    failed = diagnosis.failures(diagnose_driver(state))
+    assert not failed, "; ".join(map(str, failed))
     smi = host.run("nvidia-smi --query-gpu=driver_version --format=csv,noheader")
     versions = set(smi.stdout.split())
     assert versions == {state["loaded"]}, (
         f"nvidia-smi reports driver {versions}, the loaded module is {state['loaded']}: reboot"
+    )
+
+
+def test_no_gpu_failure_in_this_boots_kernel_log(state):
+    verdicts = diagnosis.classify_kernel_log("\n".join(state["kernel_log"]))
+    failed = diagnosis.failures(verdicts)
+    assert not failed, "; ".join(f"{v} (seen: {v.evidence[0]})" for v in failed)
+
+
+def test_compute_capability_matches_the_setting(gpus, data):
+    want = str(data.get("nvidia_gpu_compute_capability"))
+    wrong = {f"GPU {g.index} {g.name}": g.compute_capability for g in gpus
+             if g.compute_capability != want}  # fmt: skip
+    assert not wrong, (
+        f"nvidia_gpu_compute_capability is {want} but the GPUs report {wrong}: set it to what "
+        "they report (it decides which KV cache dtypes vLLM may use)"
     )
 
 
@@ -83,14 +106,22 @@ def test_power_limit(gpus, data):
     )
 
 
-def test_nvlink_and_p2p(host, data):
+def test_nvlink_and_p2p(host, data, gpus):
     count = data.get("nvidia_gpu_count")
     if count < 2:
         pytest.skip("one GPU: no interconnect")
+    outputs = {}
+    for args in ("nvlink -s", "topo -m", "topo -p2p r"):
+        out = host.run(f"nvidia-smi {args}")
+        verdicts, _ = diagnosis.classify_nvidia_smi(
+            diagnosis.clean_lines(out.stdout + out.stderr), out.rc
+        )
+        assert out.rc == 0, f"`nvidia-smi {args}` failed: " + "; ".join(map(str, verdicts))
+        outputs[args] = out.stdout
     result = verify_interconnect(
-        parse_nvlink_status(host.check_output("nvidia-smi nvlink -s")),
-        parse_topology(host.check_output("nvidia-smi topo -m")),
-        parse_p2p_matrix(host.check_output("nvidia-smi topo -p2p r")),
+        parse_nvlink_status(outputs["nvlink -s"]),
+        parse_topology(outputs["topo -m"]),
+        parse_p2p_matrix(outputs["topo -p2p r"]),
         gpu_count=count,
         expected_links=data.get("nvlink_expected_links"),
     )

@@ -56,7 +56,8 @@ def _mirror_present(free_gb: int = 500) -> dict:
 
 
 def _driver() -> dict:
-    return {"command -v nvidia-smi": ["/usr/bin/nvidia-smi"]}
+    """pyinfra's Which fact finds nvidia-smi (only that fact: other commands mention it too)."""
+    return {re.compile(r"command -v '?nvidia-smi'? \|\| true"): ["/usr/bin/nvidia-smi"]}
 
 
 # --- NVIDIA layer: answers of roles/nvidia/facts.py, shaped like the real tools -------------------
@@ -72,7 +73,7 @@ def _fixture(name: str) -> list[str]:
 
 def _pci(count: int = 2, driver: str = "-") -> dict:
     lines = [f"0000:0{i + 1}:00.0 0x2204 0x030000 {driver}" for i in range(count)]
-    return {"/sys/bus/pci/devices/*": lines}
+    return {"$(cat $d/device) $c": lines}  # the NvidiaPciGpus fact
 
 
 def _driver_state(
@@ -80,9 +81,12 @@ def _driver_state(
     userspace: str | None = DRIVER,
     installed: str | None = DRIVER,
     nouveau: bool = False,
-    secure_boot: str = "SecureBoot disabled",
+    secure_boot: str | tuple[str, ...] = "SecureBoot disabled",
     dkms: tuple[str, ...] = (),
 ) -> dict:
+    """roles/nvidia/parsers.py DRIVER_STATE_COMMAND's answer (``secure_boot``: the lines of
+    ``mokutil --sb-state``)."""
+    sb_lines = (secure_boot,) if isinstance(secure_boot, str) else secure_boot
     lines = [
         f"kernel={KERNEL}",
         f"loaded={loaded or ''}",
@@ -94,10 +98,26 @@ def _driver_state(
         else "nouveau_blacklisted=",
         "reboot_required=0",
         "nvidia_smi=/usr/bin/nvidia-smi" if userspace else "nvidia_smi=",
-        f"secure_boot={secure_boot}",
+        *(f"secure_boot={line}" for line in sb_lines),
+        "efi=1",
         *(f"dkms={line}" for line in dkms),
     ]
-    return {'echo "kernel=$(uname -r)"': lines}
+    return {'k=$(uname -r); echo "kernel=$k"': lines}
+
+
+def _kernel(fixture: str = "kernel-server-generic.txt") -> dict:
+    """roles/nvidia/facts.py KernelPackages: the installed kernel packages of a capture in
+    tests/fixtures/field (a server's linux-generic by default)."""
+    return {"|${Package}|${Depends}": _fixture(f"field/{fixture}")[1:]}
+
+
+def _units(**states: str) -> dict:
+    """roles/nvidia/facts.py SystemdUnits: ``unit=UnitFileState`` (masked, enabled...)."""
+    lines = []
+    for unit, state in states.items():
+        load = "masked" if state.startswith("masked") else "loaded"
+        lines += [f"Id={unit}.service", f"LoadState={load}", f"UnitFileState={state}"]
+    return {"systemctl show -p Id,LoadState,UnitFileState": lines}
 
 
 def _packages(installed: dict[str, str] | None = None, sources=(), held=()) -> dict:
@@ -121,10 +141,10 @@ def _smi(
     tests/fixtures/rtx3090/query-csv-capped-290.txt (board 1 allows 400 W)."""
     lines = [
         f"{i}, {UUIDS[i]}, 00000000:0{i + 1}:00.0, NVIDIA GeForce RTX 3090, {DRIVER}, {persistence}, "
-        f"{limits[i]:.2f}, {defaults[i]:.2f}, 100.00, {maxes[i]:.2f}, {limits[i]:.2f}"
+        f"{limits[i]:.2f}, {defaults[i]:.2f}, 100.00, {maxes[i]:.2f}, {limits[i]:.2f}, 8.6"
         for i in range(len(limits))
     ]
-    return {"--query-gpu=index,uuid": lines}
+    return {"--query-gpu=index,uuid": ["@exit 0", *lines]}
 
 
 def _interconnect(
@@ -146,10 +166,12 @@ def _interconnect(
 
 def _bare_3090s(**state) -> dict:
     """Ubuntu 26.04 with two 3090s on the PCI bus and no NVIDIA software at all."""
+    kernel = state.pop("kernel", "kernel-server-generic.txt")
     return {
         **_pci(driver=state.pop("pci_driver", "-")),
         **_driver_state(loaded=None, userspace=None, installed=None, **state),
         **_packages(),
+        **_kernel(kernel),
     }
 
 
@@ -175,11 +197,7 @@ def _converged_nvidia(**smi) -> dict:
                 "initramfs-tools": "0.150ubuntu1",
             }.items()
         ],
-        "linux-image-generic linux-headers-generic": [
-            "ii  linux-generic",
-            "ii  linux-image-generic",
-            "ii  linux-headers-generic",
-        ],
+        **_kernel(),
         **_smi(**smi),
         **_interconnect(),
         # `systemctl show --all --property Id --property SubState|UnitFileState <unit>`, as
@@ -334,6 +352,75 @@ def both_paths():
         **_driver(),
         **_mirror_present(),
     }, {}
+
+
+def fresh_desktop_hwe():
+    """Field report: Ubuntu Desktop 26.04, `uname -r` 7.0.0-44-generic from linux-generic-hwe-26.04:
+    the HWE modules and the HWE kernel meta-packages are planned, not -generic's."""
+    return {
+        **_bare_3090s(kernel="kernel-desktop-hwe.txt"),
+        **_ubuntu_2604(),
+        **_mirror_present(),
+    }, {}
+
+
+def no_kernel_metapackage():
+    """No installed kernel meta-package tracks the running kernel (a hand-installed kernel)."""
+    responses = {**_bare_3090s(), **_ubuntu_2604(), **_mirror_present()}
+    responses.update({"|${Package}|${Depends}": ["@kernel 7.0.0-44-generic"]})
+    return responses, {}
+
+
+def shim_validation_disabled_nvidia_repo():
+    """Field report: "SecureBoot enabled" then "SecureBoot validation is disabled in shim" on the
+    NVIDIA repository path: not enforced, the run goes ahead with a note."""
+    sb = ("SecureBoot enabled", "SecureBoot validation is disabled in shim")
+    return {**_bare_3090s(secure_boot=sb), **_ubuntu_2604(), **_mirror_present()}, {
+        "nvidia_install_path": "nvidia-repo",
+        "nvidia_cuda_keyring_sha256": KEYRING_SHA256,
+    }
+
+
+def persistenced_masked():
+    """Field report: nvidia-persistenced masked (UnitFileState=masked)."""
+    return {
+        **_converged_nvidia(),
+        **_units(**{"nvidia-persistenced": "masked"}),
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+    }, {}
+
+
+def gpu_fell_off_the_bus():
+    """Field report: nvidia-smi exits 15, GPU 0's row next to GPU 1's "Unable to determine the
+    device handle" line."""
+    capture = _fixture("field/smi-gpu1-unreachable.txt")
+    responses = {**_converged_nvidia(), **_ubuntu_2604(), **_driver(), **_mirror_present()}
+    responses["--query-gpu=index,uuid"] = ["@exit 15", *capture[1:-1]]
+    return responses, {}
+
+
+def driver_not_loaded_secure_boot():
+    """The NVIDIA repository's DKMS module is installed but Secure Boot rejects it."""
+    state = _fixture("field/state-secure-boot-blocked.txt")[1:]
+    return {
+        'k=$(uname -r); echo "kernel=$k"': state,
+        "--query-gpu=index,uuid": ["@exit 9", *_fixture("field/smi-no-driver.txt")[1:-1]],
+        **_pci(driver="-"),
+        **_packages(
+            {"nvidia-open": f"{DRIVER}-1", "cuda-keyring": "1.1-1"},
+            sources=["/etc/apt/sources.list.d/cuda-ubuntu2604-x86_64.list"],
+        ),
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+    }, {"nvidia_install_path": "nvidia-repo", "nvidia_cuda_keyring_sha256": KEYRING_SHA256}
+
+
+def kv_cache_fp8_on_3090s():
+    """Field report: fp8 (E4M3) KV cache on RTX 3090s (compute capability 8.6)."""
+    return {**_ubuntu_2604(), **_mirror_present()}, {"vllm_kv_cache_dtype": "fp8"}
 
 
 def fresh_no_gpu():
@@ -534,6 +621,13 @@ SCENARIOS = {
         version_mismatch_no_reboot,
         dkms_failed,
         both_paths,
+        fresh_desktop_hwe,
+        no_kernel_metapackage,
+        shim_validation_disabled_nvidia_repo,
+        persistenced_masked,
+        gpu_fell_off_the_bus,
+        driver_not_loaded_secure_boot,
+        kv_cache_fp8_on_3090s,
         vllm_alone_no_driver,
         fresh_no_gpu,
         bad_kv_cache_dtype,
@@ -562,17 +656,33 @@ def _mode_state(active: str, services: dict[str, str]) -> dict:
     lines = []
     for target in ("rigup-llm.target", "rigup-media.target"):
         lines.append(f"@target {target} {'active' if target == active else 'inactive'}")
-        lines += [f"@wants {target} {unit} {state}" for unit, state in services.items()
+        lines += [f"@wants {target} {unit} {UNIT_STATES[state]}" for unit, state in services.items()
                   if (unit == "vllm.service") == (target == "rigup-llm.target")]  # fmt: skip
     return {"for t in rigup-llm.target rigup-media.target": lines}
 
 
+#: systemctl's ActiveState/SubState for the states the scenarios name
+UNIT_STATES = {
+    "active": "active/running",
+    "inactive": "inactive/dead",
+    "failed": "failed/failed",
+    "crash-loop": "activating/auto-restart",
+}
+
+
 def _running(*units: str) -> dict:
-    """pyinfra's SystemdStatus answers: each unit active (SubState=running)."""
-    return {
-        re.compile(rf"--property SubState '?{re.escape(u)}"): [f"Id={u}", "SubState=running"]
-        for u in units
-    }
+    """pyinfra's SystemdStatus and rigup's UnitState answers: each unit active and running."""
+    answers = {}
+    for u in units:
+        answers[re.compile(rf"--property SubState '?{re.escape(u)}")] = [
+            f"Id={u}",
+            "SubState=running",
+        ]
+        answers[re.compile(rf"-p ActiveState -p SubState '?{re.escape(u)}")] = [
+            "ActiveState=active",
+            "SubState=running",
+        ]
+    return answers
 
 
 def llm_mode_running():
@@ -581,6 +691,19 @@ def llm_mode_running():
         **_running("vllm.service"),
         **_mode_state(
             "rigup-llm.target", {"vllm.service": "active", "comfyui.service": "inactive"}
+        ),
+        **_converged_nvidia(),
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+    }, {}
+
+
+def llm_mode_crash_loop():
+    """The LLM mode is on but vllm.service crashes and systemd keeps restarting it."""
+    return {
+        **_mode_state(
+            "rigup-llm.target", {"vllm.service": "crash-loop", "comfyui.service": "inactive"}
         ),
         **_converged_nvidia(),
         **_ubuntu_2604(),
@@ -639,6 +762,7 @@ SCENARIOS.update(
         f.__name__: f
         for f in (
             llm_mode_running,
+            llm_mode_crash_loop,
             media_mode_by_user,
             media_oversubscribed,
             llm_oversubscribed,

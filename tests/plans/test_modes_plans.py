@@ -25,6 +25,15 @@ def test_running_llm_mode_is_kept_and_restarts_only_on_change():
     )
 
 
+def test_a_crash_loop_is_down_not_converged():
+    """vllm.service in ``activating (auto-restart)`` counts as down: the run starts it (through
+    rigup-start: tests/operations/mode_active/crash_loop_counts_as_down.json), which fails naming
+    the unit with its journal unless it comes up."""
+    rc, parsed, err = plan("llm_mode_crash_loop")
+    assert rc == 0, err
+    assert MODE_OP in changes(parsed), "a crash-looping service was taken for a running one"
+
+
 def test_mode_switched_by_the_user_is_not_reverted():
     rc, parsed, err = plan("media_mode_by_user")
     assert rc == 0, err

@@ -148,6 +148,28 @@ def test_host_without_gpus_or_driver_installs_but_does_not_start(scenario, deplo
         ),
         ("dkms_failed", "the DKMS build of nvidia 580.178.04 failed for 7.0.0-44-generic (built)"),
         ("both_paths", "both driver install paths are on this host"),
+        (
+            "persistenced_masked",
+            "nvidia-persistenced.service is masked (UnitFileState=masked): rigup enables and "
+            "starts it (it sets persistence mode at boot, and rigup-gpu-power wants it); run "
+            "`systemctl unmask nvidia-persistenced`",
+        ),
+        ("gpu_fell_off_the_bus", "GPU 1 at 0000:02:00.0 unreachable: the driver cannot reach it"),
+        (
+            "driver_not_loaded_secure_boot",
+            "the NVIDIA kernel module is not loaded: Secure Boot is enforced and the module for "
+            "7.0.0-44-generic is not signed",
+        ),
+        (
+            "no_kernel_metapackage",
+            "no installed kernel meta-package tracks the running kernel 7.0.0-44-generic",
+        ),
+        (
+            "kv_cache_fp8_on_3090s",
+            "vllm_kv_cache_dtype: fp8 (FP8 E4M3) needs compute capability 8.9 or newer and these "
+            'GPUs are 8.6 (nvidia_gpu_compute_capability): vLLM would die at start-up with "type '
+            'fp8e4nv not supported in this architecture". Use vllm_kv_cache_dtype = "fp8_e5m2"',
+        ),
     ],
 )
 def test_refused_before_any_change(scenario, message):
@@ -215,7 +237,10 @@ def test_other_fresh_boxes_plan_the_driver(scenario):
         assert ops["NVIDIA driver | Driver nvidia-open"] == "change"
         assert ops["NVIDIA driver | Hold NVIDIA's repository to driver branch 580"] == "change"
     if scenario == "nouveau_loaded":
-        assert "nouveau (the open-source driver) is loaded and bound to a GPU" in err
+        assert (
+            "the NVIDIA kernel module is not loaded: nouveau (the open-source driver) is loaded "
+            "and bound to the GPUs" in err
+        )
 
 
 def test_version_mismatch_reboots_unconditionally_reasoned():
@@ -236,3 +261,24 @@ def test_each_component_deploy_plans_alone(component):
     rc, parsed, err = plan("fresh_rig", f"deploys/{component}.py")
     assert rc == 0, err
     assert changes(parsed), f"deploys/{component}.py planned nothing on a fresh host"
+
+
+def test_hwe_desktop_gets_the_hwe_modules_and_holds():
+    """Field report: `uname -r` 7.0.0-44-generic with linux-generic-hwe-26.04 (Ubuntu Desktop)
+    was given linux-modules-nvidia-580-open-generic and no kernel package held."""
+    rc, parsed, err = plan("fresh_desktop_hwe", "deploys/nvidia.py")
+    assert rc == 0, err
+    ops = _nvidia_ops(parsed)
+    name = "NVIDIA driver | Driver nvidia-driver-580-open + linux-modules-nvidia-580-open-generic-hwe-26.04"
+    assert ops[name] == "change"
+    # which packages it holds: tests/unit/test_nvidia_role.py test_driver_held_*
+    assert ops["NVIDIA driver | Hold the driver packages (apt-mark hold)"] == "change"
+
+
+def test_shim_validation_disabled_is_not_enforced():
+    """Field report: "SecureBoot enabled" + "SecureBoot validation is disabled in shim" refused
+    the NVIDIA repository path; it is not enforced: the run goes ahead with a note."""
+    rc, parsed, err = plan("shim_validation_disabled_nvidia_repo", "deploys/nvidia.py")
+    assert rc == 0, err
+    assert "note: Secure Boot is on in the firmware but not enforced" in err
+    assert _nvidia_ops(parsed)["NVIDIA driver | Driver nvidia-open"] == "change"

@@ -93,7 +93,12 @@ def test_quantized_lm_head_is_named(variants):
     assert problem.startswith(
         "lm_head is quantized (lm_head.qweight, lm_head.qzeros, lm_head.scales)"
     )
-    assert "KeyError: 'lm_head.qweight'" in problem
+    # vLLM's own words in the journal (AutoWeightsLoader), so that a search for them finds this
+    assert (
+        "ValueError: There is no module or parameter named 'lm_head.qweight' in "
+        "Qwen3_5ForCausalLM" in problem
+    )
+    assert "KeyError" not in problem
 
 
 def test_weight_prefixes_that_do_not_match_the_architecture(variants):
@@ -132,6 +137,7 @@ def test_quant_lm_head_flag_without_tensors():
     }
     result = cp.preflight(config, ["lm_head.weight"], "language_model_only", None)
     assert "quant_lm_head = true" in result["problems"][0]
+    assert "named 'lm_head.qweight' in X`" in result["problems"][0]
 
 
 def test_single_file_checkpoint_header_is_read(tmp_path):

@@ -166,6 +166,7 @@ def test_switch_command_renders_to_valid_sh(tmp_path):
         modes={"llm": ["vllm.service"], "media": ["comfyui.service", "voxcpm.service"]},
         names=list(MODES),
         default="llm",
+        rigup_start="/opt/rigup/bin/rigup-start",
     )
     path = tmp_path / "rigup-mode"
     path.write_text(script)

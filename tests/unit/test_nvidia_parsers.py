@@ -91,18 +91,20 @@ def test_gpu_query_with_header_and_units():
 
 
 def test_gpu_query_rigup_capture_without_header():
-    gpus = parse_gpu_query(read("h200x2-rigup/query-gpu.txt"), GPU_QUERY_FIELDS)
+    # captured before compute_cap was queried: the fields of that command
+    gpus = parse_gpu_query(read("h200x2-rigup/query-gpu.txt"), GPU_QUERY_FIELDS[:-1])
     assert len(gpus) == 2 and gpus[1].pci_bus_id == "00000000:00:07.0"
     assert gpus[1].persistence_mode == "Enabled" and gpus[1].enforced_power_limit_w == 700.0
 
 
 def test_gpu_query_not_supported_and_bad_rows():
-    row = "0, GPU-x, 00000000:01:00.0, GeForce, 580.1, Disabled, [N/A], [N/A], [N/A], [N/A], [N/A]"
+    row = "0, GPU-x, 00000000:01:00.0, GeForce, 580.1, Disabled, [N/A], [N/A], [N/A], [N/A], [N/A], 8.6"
     assert parse_gpu_query(row)[0].max_power_limit_w is None
     with pytest.raises(ParseError, match="columns"):
         parse_gpu_query("0, GPU-x, 290.00")
     with pytest.raises(ParseError, match="not a power"):
         parse_gpu_query(row.replace("[N/A], [N/A], [N/A], [N/A], [N/A]", "a, b, c, d, e"))
+    assert parse_gpu_query(row)[0].compute_capability == "8.6"
 
 
 def test_power_limit_answers():
@@ -197,7 +199,11 @@ def test_proc_version_and_secure_boot():
     assert parse_proc_driver_version("") is None
     assert parse_secure_boot("SecureBoot enabled") is True
     assert parse_secure_boot("SecureBoot disabled") is False
-    assert parse_secure_boot("EFI variables are not supported on this system") is None
+    assert parse_secure_boot("EFI variables are not supported on this system") is False
+    # the whole output: a later line qualifies the first (tests/unit/test_diagnosis.py: all shapes)
+    assert (
+        parse_secure_boot("SecureBoot enabled\nSecureBoot validation is disabled in shim") is False
+    )
 
 
 def test_dkms_status():
@@ -210,13 +216,41 @@ def test_dkms_status():
         ("7.0.0-45-generic", "built"),
         ("", "added"),
     ]
+    assert parse_dkms_status("nvidia/580.95.05, 7.0.0-44-generic, x86_64:")[0].state == ""
 
 
 def test_driver_state_capture_is_healthy():
     state = parse_driver_state(read("h200x2-rigup/driver-state.txt").splitlines())
     assert state["loaded"] == state["userspace"] == "580.159.04"
     assert state["secure_boot"] is None and state["nouveau_loaded"] is False
+    assert state["secure_boot_state"] == "unknown"  # "sh: 1: mokutil: not found", no efi= line
     assert diagnose_driver(state, ["nvidia", "nvidia"]) == []
+
+
+def test_driver_state_reads_every_line_of_a_key():
+    state = parse_driver_state(
+        [
+            "kernel=7.0.0-44-generic",
+            "secure_boot=SecureBoot enabled",
+            "secure_boot=SecureBoot validation is disabled in shim",
+            "module_kernel=7.0.0-40-generic 580.95.05",
+            "module_kernel=7.0.0-44-generic 580.95.05",
+            "gpu_driver=0000:01:00.0 nvidia",
+            "gpu_driver=0000:02:00.0 -",
+            "package=nvidia-driver-580-open",
+            "klog=NVRM: Xid (PCI:0000:02:00): 79, pid=0, GPU has fallen off the bus.",
+        ]
+    )
+    assert (
+        state["secure_boot"] is False and state["secure_boot_state"] == "shim-validation-disabled"
+    )
+    assert state["module_kernels"] == {
+        "7.0.0-40-generic": "580.95.05",
+        "7.0.0-44-generic": "580.95.05",
+    }
+    assert state["gpu_drivers"] == ["nvidia", None]
+    assert state["gpu_addresses"] == ["0000:01:00.0", "0000:02:00.0"]
+    assert state["packages"] == ["nvidia-driver-580-open"] and len(state["kernel_log"]) == 1
 
 
 def _state(**kw):
@@ -232,17 +266,36 @@ def _state(**kw):
 
 
 @pytest.mark.parametrize(
-    "state,drivers,cause,reboot",
+    "state,drivers,sig_id,words,reboot",
     [
         (
             _state(nouveau_loaded=True, loaded=None, installed=None, userspace=None),
             ["nouveau"],
+            "driver-not-loaded/nouveau",
             "nouveau",
             True,
         ),
-        (_state(loaded=None), ["nvidia"], "installed for 7.0.0-44-generic but not loaded", True),
-        (_state(loaded="580.159.03"), ["nvidia"], "Driver/library version mismatch", True),
-        (_state(installed="580.190.01"), ["nvidia"], "the module on disk is 580.190.01", True),
+        (
+            _state(loaded=None),
+            ["nvidia"],
+            "driver-not-loaded/installed-not-loaded",
+            "installed for 7.0.0-44-generic but not loaded",
+            True,
+        ),
+        (
+            _state(loaded="580.159.03"),
+            ["nvidia"],
+            "driver-library-mismatch",
+            "Driver/library",
+            True,
+        ),
+        (
+            _state(installed="580.190.01"),
+            ["nvidia"],
+            "module-updated",
+            "on disk is 580.190.01",
+            True,
+        ),
         (
             _state(
                 loaded=None,
@@ -250,18 +303,26 @@ def _state(**kw):
                 dkms=parse_dkms_status("nvidia/580.178.04, 7.0.0-44-generic, x86_64: built"),
             ),
             [None],
+            "driver-not-loaded/dkms-failed",
             "DKMS build of nvidia 580.178.04 failed for 7.0.0-44-generic (built)",
             False,
         ),
-        (_state(loaded=None, installed=None), [None], "no nvidia kernel module exists", False),
+        (
+            _state(loaded=None, installed=None),
+            [None],
+            "driver-not-loaded/not-installed-for-kernel",
+            "no NVIDIA module is installed for the running kernel 7.0.0-44-generic",
+            False,
+        ),
     ],
 )
-def test_diagnosis(state, drivers, cause, reboot):
-    findings = diagnose_driver(state, drivers)
-    assert len(findings) == 1, findings
-    assert cause in findings[0].cause and findings[0].reboot_fixes is reboot
-    assert "Fix:" in str(findings[0])
+def test_diagnosis(state, drivers, sig_id, words, reboot):
+    verdicts = diagnose_driver(state, drivers)
+    assert len(verdicts) == 1, verdicts
+    assert verdicts[0].id == sig_id and words in str(verdicts[0])
+    assert verdicts[0].reboot_fixes is reboot and "Fix:" in str(verdicts[0])
 
 
-def test_fresh_box_has_nothing_to_diagnose():
-    assert diagnose_driver(_state(loaded=None, installed=None, userspace=None), [None, None]) == []
+def test_fresh_box_is_not_installed():
+    (v,) = diagnose_driver(_state(loaded=None, installed=None, userspace=None), [None, None])
+    assert v.id == "driver-not-loaded/not-installed"

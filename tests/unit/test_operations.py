@@ -47,6 +47,8 @@ OPERATIONS = {
     "git_checkout_pinned": "roles.comfyui.git:git_checkout_pinned",
     "mode_active": "roles.modes:mode_active",
     "model_placed": "roles.model.operations:model_placed",
+    "driver_held": "roles.nvidia.operations:driver_held",
+    "cuda_home_linked": "roles.nvidia.operations:cuda_home_linked",
 }
 
 

@@ -135,6 +135,8 @@ def test_require_valid_settings_lists_all_and_says_nothing_changed(settings):
         ("nvidia_cuda_keyring_sha256", "abc", "sha256"),
         ("nvidia_cuda_repo_url", "http://example.com/x", "https:// URL"),
         ("cuda_toolkit_version", "13.1.0", "pins cuda-toolkit==13.0.2"),
+        ("nvidia_gpu_compute_capability", 8.6, "a compute capability such as"),
+        ("nvidia_gpu_compute_capability", "sm_86", "a compute capability such as"),
     ],
 )
 def test_bad_nvidia_value_is_named(settings, key, value, fragment):
@@ -223,3 +225,52 @@ def test_system_directories_are_never_rigup_directories(settings, key, path):
 def test_a_mount_point_stays_a_valid_source_and_backup(settings):
     settings.update(model_local_dirs=["/mnt"], model_backup_dir="/media/backup")
     assert validate(settings) == []
+
+
+def test_prefix_caching_with_mtp_is_refused_on_this_release(settings):
+    settings["vllm_enable_prefix_caching"] = True
+    (problem,) = validate(settings)
+    assert problem.startswith("vllm_enable_prefix_caching: with MTP") and "vllm#43559" in problem
+    settings["vllm_speculative_config"] = None  # MTP off: prefix caching is fine
+    assert validate(settings) == []
+
+
+@pytest.mark.parametrize(
+    "key,value,fragment",
+    [
+        ("vllm_long_prefill_token_threshold", 16384, "must be below vllm_max_num_batched_tokens"),
+        ("vllm_override_generation_config", {"presence_penalty": 1.5}, "ignores presence_penalty"),
+        ("vllm_override_generation_config", {"temperature": "hot"}, "must be numbers"),
+        ("vllm_tool_call_parser", "Qwen3 Coder", "tool-call parser name"),
+        ("vllm_max_num_seqs", 0, "between 1 and 1024"),
+        ("vllm_api_key_env", "VLLM API KEY", "environment variable name"),
+    ],
+)
+def test_bad_serving_default_is_named(settings, key, value, fragment):
+    settings[key] = value
+    (problem,) = validate(settings)
+    assert problem.startswith(f"{key}: ") and fragment in problem, problem
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "fp8_e4m3"])
+def test_fp8_e4m3_kv_cache_refused_on_ampere(settings, dtype):
+    """Field report: fp8 / fp8_e4m3 on RTX 3090s (compute capability 8.6) passed the settings and
+    vLLM died in Triton with "type fp8e4nv not supported in this architecture"."""
+    assert settings["nvidia_gpu_compute_capability"] == "8.6"  # the shipped RTX 3090 value
+    (problem,) = validate({**settings, "vllm_kv_cache_dtype": dtype})
+    assert problem.startswith(
+        f"vllm_kv_cache_dtype: {dtype} (FP8 E4M3) needs compute capability 8.9"
+    )
+    assert "fp8e4nv not supported in this architecture" in problem
+    assert 'vllm_kv_cache_dtype = "fp8_e5m2"' in problem
+
+
+@pytest.mark.parametrize("capability", ["8.9", "9.0", "12.0"])
+def test_fp8_e4m3_kv_cache_fine_from_ada_on(settings, capability):
+    for dtype in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+        settings = {**settings, "nvidia_gpu_compute_capability": capability}
+        assert validate({**settings, "vllm_kv_cache_dtype": dtype}) == []
+
+
+def test_seed_kv_cache_dtype_runs_on_ampere(settings):
+    assert settings["vllm_kv_cache_dtype"] == "fp8_e5m2" and validate(settings) == []

@@ -1,0 +1,54 @@
+"""The NVIDIA layer's own operations, evaluated when they run (after what earlier operations of
+the same run installed)."""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra import host
+from pyinfra.api import operation
+from pyinfra.api.exceptions import OperationError
+
+from roles.nvidia.facts import CudaToolkitHome, KernelPackages, NvidiaPackages
+
+
+@operation()
+def cuda_home_linked(venv: str, home: str):
+    """Point ``home`` at the toolkit inside ``venv`` (``lib/python3.X/site-packages/nvidia/cu13``)
+    and give it the ``lib64`` that nvcc.profile and CUDA_HOME users expect (the wheels ship
+    ``lib``). Evaluated when it runs, so it works on the run that creates the venv; a no-op when
+    both are in place. Raises ``OperationError`` when the venv holds no toolkit."""
+    state = host.get_fact(CudaToolkitHome, venv=venv, home=home) or {}
+    if state.get("top") and state.get("lib64") and state.get("link") == state["top"]:
+        host.noop(f"{home} -> {state['top']}")
+        return
+    q_venv, q_home = shlex.quote(venv), shlex.quote(home)
+    find = f"ls -d {q_venv}/lib/python3*/site-packages/nvidia/cu13 2>/dev/null | head -n1"
+    yield (
+        f"top=$({find}); test -n \"$top\" || {{ echo 'no nvidia/cu13 in {venv}' >&2; exit 1; }}; "
+        f'test -e "$top/lib64" || ln -s lib "$top/lib64"; '
+        f'test "$(readlink {q_home})" = "$top" || ln -sfn "$top" {q_home}'
+    )
+
+
+@operation()
+def driver_held(prefixes: tuple[str, ...], extra: tuple[str, ...] = ()):
+    """``apt-mark hold`` every installed package whose name starts with one of ``prefixes``, plus
+    the installed ones of ``extra`` (the kernel meta-packages of the running kernel's flavour).
+    Evaluated when it runs (after the install); a no-op when all are held."""
+    packages = host.get_fact(NvidiaPackages) or {}
+    installed = set(packages.get("installed", {}))
+    kernel = set((host.get_fact(KernelPackages) or {}).get("packages") or {})
+    want = sorted(n for n in installed if n.startswith(tuple(prefixes))) + sorted(
+        n for n in extra if n in kernel
+    )
+    missing = [n for n in want if n not in set(packages.get("held", []))]
+    if not missing:
+        host.noop("driver packages already held")
+        return
+    yield "apt-mark hold " + " ".join(shlex.quote(n) for n in missing)
+
+
+def refuse(message: str) -> None:
+    """For ``python.call``: stop the run at this point with ``message``."""
+    raise OperationError(message)

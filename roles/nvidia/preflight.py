@@ -1,0 +1,297 @@
+"""Everything that can refuse a host, decided from facts before any change. Pure.
+
+:func:`driver_preflight` returns the problems (each one stops the run; the deploy raises
+``DeployError`` with all of them) and the warnings (printed). What each driver, GPU and kernel
+fault means comes from the diagnosis library (roles/common/diagnosis.py), so the deploy, the boot
+units, rigup-nvidia-diagnose and testinfra say the same thing about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from roles.common import diagnosis
+from roles.nvidia.kernel import KernelFlavour, kernel_flavour, uname_flavour
+from roles.nvidia.parsers import (
+    PowerLimitError,
+    diagnose_driver,
+    plan_power_limits,
+    verify_interconnect,
+)
+from roles.nvidia.paths import BOOT_UNITS, PERSISTENCED
+
+#: Package name prefixes of the driver that rigup holds (the exact-version dependencies of
+#: nvidia-driver-<b>-open). On the Ubuntu path the kernel meta-packages of the running kernel's
+#: flavour are held too: prebuilt modules exist per kernel, so kernel and driver move together,
+#: when you run rigup.
+HOLD_PREFIXES = ("nvidia-", "libnvidia-", "linux-modules-nvidia-", "xserver-xorg-video-nvidia-")
+
+#: Driver verdicts a converge itself resolves: nothing installed yet (it installs the driver).
+_INSTALLED_BY_THE_RUN = ("driver-not-loaded/not-installed",)
+
+
+def driver_packages(data: Any, flavour: KernelFlavour | None) -> list[str]:
+    """Packages of the chosen install path for ``nvidia_driver_branch``.
+
+    ubuntu: ``nvidia-driver-<b>-open`` + ``linux-modules-nvidia-<b>-open-<flavour>`` (Canonical's
+    prebuilt, signed modules for the kernel meta-package ``flavour``; the modules package
+    provides ``nvidia-dkms-<b>-open``, so no DKMS — Ubuntu 26.04 archive, restricted, 2026-11).
+    nvidia-repo: ``nvidia-open`` held to the branch by an apt preference (NVIDIA Driver
+    Installation Guide, Ubuntu, open kernel modules).
+    """
+    branch = data.get("nvidia_driver_branch")
+    if data.get("nvidia_install_path") == "ubuntu":
+        modules = [flavour.modules_package(branch)] if flavour else []
+        return [f"nvidia-driver-{branch}-open", *modules]
+    return ["nvidia-open"]
+
+
+def kernel_hold(data: Any, flavour: KernelFlavour | None) -> tuple[str, ...]:
+    """Kernel meta-packages held with the driver: those of the running kernel's flavour, on the
+    Ubuntu path only (DKMS rebuilds for any kernel)."""
+    if data.get("nvidia_install_path") != "ubuntu" or flavour is None:
+        return ()
+    return flavour.metapackages
+
+
+def masked_units(units: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """A problem for each unit the layer starts that is masked (``systemctl mask``): starting
+    it would fail half-way through the run, after the driver and toolkit steps."""
+    problems = []
+    for unit in BOOT_UNITS:
+        state = units.get(unit) or {}
+        load, file_state = state.get("LoadState", ""), state.get("UnitFileState", "")
+        if load == "masked" or file_state.startswith("masked"):
+            name = unit.removesuffix(".service")
+            purpose = (
+                " (it sets persistence mode at boot, and rigup-gpu-power wants it)"
+                if unit == PERSISTENCED
+                else ""
+            )
+            problems.append(
+                f"{unit} is masked (UnitFileState={file_state or 'masked'}): "
+                f"rigup enables and starts it{purpose}; run `systemctl unmask {name}`, then "
+                "converge again"
+            )
+    return problems
+
+
+def compute_capability_problems(data: Any, gpus: list) -> list[str]:
+    """The declared ``nvidia_gpu_compute_capability`` against what the driver reports
+    (``compute_cap``): the KV cache dtype check relies on it."""
+    declared = data.get("nvidia_gpu_compute_capability")
+    if not declared:
+        return []
+    wrong = [g for g in gpus if g.compute_capability and g.compute_capability != str(declared)]
+    if not wrong:
+        return []
+    seen = ", ".join(f"GPU {g.index} ({g.name}) {g.compute_capability}" for g in wrong)
+    return [
+        f"nvidia_gpu_compute_capability is {declared} but nvidia-smi reports {seen}: set "
+        f'nvidia_gpu_compute_capability = "{wrong[0].compute_capability}" (it decides which KV '
+        "cache dtypes the GPUs can run)"
+    ]
+
+
+def driver_preflight(
+    data: Any,
+    pci: list[dict],
+    state: dict,
+    packages: dict,
+    smi: dict | None,
+    interconnect: dict | None,
+    kernel_packages: dict | None = None,
+    units: Mapping[str, Mapping[str, str]] | None = None,
+) -> tuple[list[str], list[str]]:
+    """Decide, from facts, whether the NVIDIA layer may touch this host. Pure.
+
+    Returns ``(problems, warnings)``. Inputs are the facts NvidiaPciGpus, NvidiaDriverState,
+    NvidiaPackages, NvidiaGpus, NvidiaInterconnect, KernelPackages and SystemdUnits (the last
+    two may be None: not checked).
+    """
+    problems: list[str] = []
+    warnings: list[str] = []
+    declared = data.get("nvidia_gpu_count")
+    branch = data.get("nvidia_driver_branch")
+    path = data.get("nvidia_install_path")
+
+    if len(pci) != declared:
+        found = ", ".join(g["address"] for g in pci) or "none"
+        problems.append(
+            f"{len(pci)} NVIDIA GPU(s) on the PCI bus ({found}) but the inventory declares "
+            f"{declared} (nvidia_gpu_count): a missing card is a seating, riser or power-cable "
+            "problem (check `lspci -d 10de:`); otherwise correct nvidia_gpu_count"
+        )
+
+    installed = packages.get("installed", {})
+    ubuntu_markers = sorted(n for n in installed if n.startswith("linux-modules-nvidia-"))
+    repo_markers = sorted(packages.get("nvidia_repo_sources", [])) + (
+        ["cuda-keyring"] if "cuda-keyring" in installed else []
+    )
+    if ubuntu_markers and repo_markers:
+        problems.append(
+            "both driver install paths are on this host (Ubuntu's prebuilt modules: "
+            f"{', '.join(ubuntu_markers)}; NVIDIA's CUDA repository: {', '.join(repo_markers)}): "
+            "mixed packages cause driver/library mismatches. Keep one: for the Ubuntu path "
+            "`apt purge cuda-keyring` and remove the NVIDIA source files, `apt update`, reinstall "
+            f"nvidia-driver-{branch}-open; for the NVIDIA path `apt purge 'linux-modules-nvidia-*'`"
+        )
+    elif path == "ubuntu" and repo_markers:
+        problems.append(
+            f"nvidia_install_path is 'ubuntu' but this host uses NVIDIA's CUDA repository "
+            f"({', '.join(repo_markers)}): set nvidia_install_path = 'nvidia-repo', or remove "
+            "that repository (`apt purge cuda-keyring`, its source files, the NVIDIA packages) first"
+        )
+    elif path == "nvidia-repo" and ubuntu_markers:
+        problems.append(
+            "nvidia_install_path is 'nvidia-repo' but this host has Ubuntu's prebuilt NVIDIA "
+            f"modules ({', '.join(ubuntu_markers)}): set nvidia_install_path = 'ubuntu', or "
+            "`apt purge 'linux-modules-nvidia-*' 'nvidia-driver-*'` first"
+        )
+
+    other = sorted(
+        n
+        for n in installed
+        if n.startswith("nvidia-driver-") and not n.startswith(f"nvidia-driver-{branch}")
+    )
+    if other:
+        problems.append(
+            f"another driver branch is installed ({', '.join(other)}) and "
+            f"nvidia_driver_branch is {branch}: rigup does not switch branches under a running "
+            f"driver. Either set nvidia_driver_branch to it, or `apt purge {other[0]}`, reboot, "
+            "and converge"
+        )
+
+    kernel = state.get("kernel") or ""
+    flavour = None
+    if path == "ubuntu" and kernel and uname_flavour(kernel) is None:
+        problems.append(
+            f"the running kernel {kernel} is not an Ubuntu kernel (<version>-<abi>-<flavour>): "
+            "Canonical's prebuilt NVIDIA modules exist only for Ubuntu's kernels. Boot an Ubuntu "
+            "kernel (linux-generic), or use nvidia_install_path = 'nvidia-repo' (DKMS)"
+        )
+    elif path == "ubuntu" and kernel_packages is not None:
+        flavour = kernel_flavour(kernel, kernel_packages.get("packages") or {})
+        if flavour is None:
+            problems.append(
+                "no installed kernel meta-package tracks the running kernel "
+                f"{kernel or '(uname -r said nothing)'} "
+                "(linux-generic, linux-generic-hwe-26.04, linux-lowlatency, linux-oem-26.04, "
+                "...): Canonical's prebuilt NVIDIA modules follow one, so rigup installs the "
+                "modules of its flavour. Install the meta-package of your kernel (Ubuntu "
+                "Desktop: `apt install linux-generic-hwe-26.04`; server: linux-generic), or use "
+                "nvidia_install_path = 'nvidia-repo' (DKMS)"
+            )
+
+    sb_state = state.get("secure_boot_state")
+    signed = bool(state.get("loaded")) or state.get("mok_enrolled") is True
+    if state.get("secure_boot") and path == "nvidia-repo" and not signed:
+        problems.append(
+            "Secure Boot is enabled and the nvidia-repo path builds unsigned modules with DKMS, "
+            "which the kernel rejects. Either set nvidia_install_path = 'ubuntu' (Canonical's "
+            "signed prebuilt modules), or enroll a Machine Owner Key first: `update-secureboot-"
+            "policy --new-key`, `mokutil --import /var/lib/shim-signed/mok/MOK.der` (choose a "
+            "one-time password), reboot, enroll it in MokManager, then converge again"
+        )
+    elif state.get("secure_boot") and path == "nvidia-repo":
+        warnings.append(
+            "note: Secure Boot is enforced; DKMS signs the NVIDIA modules with the enrolled "
+            "Machine Owner Key (/var/lib/shim-signed/mok/MOK.der)"
+        )
+    elif sb_state in ("shim-validation-disabled", "setup-mode"):
+        warnings.append(f"note: {state.get('secure_boot_note')}")
+    elif sb_state == "unknown" and path == "nvidia-repo":
+        warnings.append(f"{state.get('secure_boot_note')}")
+
+    wanted = driver_packages(data, flavour)
+    install_pending = any(pkg not in installed for pkg in wanted)
+    gpu_drivers = [g.get("driver") for g in pci]
+    driver = diagnose_driver(state, gpu_drivers, install_path=path)
+    for v in driver:
+        if v.id in _INSTALLED_BY_THE_RUN:
+            continue
+        if v.id == "driver-not-loaded/not-installed-for-kernel" and install_pending:
+            continue  # the run installs the modules of the kernel's flavour, then reboots
+        if v.reboot_fixes:
+            warnings.append(f"{v} (the run reboots the host for it)")
+        elif v.severity == diagnosis.FAIL:
+            problems.append(str(v))
+        else:
+            warnings.append(str(v))
+
+    smi_verdicts = list((smi or {}).get("verdicts") or [])
+    explained = {v.kind for v in driver}
+    lost = False
+    for v in smi_verdicts:
+        if v.kind in explained or (v.kind == "driver-not-loaded" and not state.get("loaded")):
+            continue  # the driver state names it, with its cause
+        if v.kind == "gpu-lost":
+            lost = True
+        if v.severity == diagnosis.FAIL:
+            problems.append(str(v))
+        elif v.severity == diagnosis.WARN:
+            warnings.append(str(v))
+
+    for v in diagnosis.classify_kernel_log("\n".join(state.get("kernel_log") or [])):
+        if v.id not in ("module-rejected", "driver-library-mismatch"):
+            warnings.append(f"kernel log of this boot: {v}")
+
+    gpus = (smi or {}).get("gpus") or []
+    if gpus:
+        if len(gpus) != declared and not lost:
+            problems.append(
+                f"the driver sees {len(gpus)} GPU(s), the inventory declares {declared}: "
+                "`nvidia-smi -L`; `journalctl -k | grep -i nvrm` shows GPUs the driver dropped"
+            )
+        try:
+            plan_power_limits(gpus, data.get("nvidia_power_limit_w"))
+        except PowerLimitError as exc:
+            problems.append(f"nvidia_power_limit_w: {exc}")
+        problems.extend(compute_capability_problems(data, gpus))
+
+    if declared and units is not None:
+        problems.extend(masked_units(units))
+
+    if interconnect and interconnect.get("error") and declared > 1 and gpus and not lost:
+        text = f"NVLink could not be read ({interconnect['error']})"
+        if data.get("nvlink_required"):
+            problems.append(
+                f"{text} and nvlink_required is True: fix it, or set "
+                "nvlink_required = False to run over PCIe"
+            )
+        else:
+            warnings.append(f"{text}: vLLM runs over PCIe with P2P and custom all-reduce off")
+    elif interconnect and declared > 1 and gpus and not lost:
+        result = verify_interconnect(
+            interconnect["links"],
+            interconnect["topology"],
+            interconnect["p2p"],
+            gpu_count=declared,
+            expected_links=data.get("nvlink_expected_links"),
+        )
+        if not result.verified:
+            text = "; ".join(result.problems)
+            if data.get("nvlink_required"):
+                problems.append(
+                    f"NVLink is required (nvlink_required) and not verified: {text}. Fix the "
+                    "bridge, or set nvlink_required = False to run over PCIe"
+                )
+            else:
+                warnings.append(
+                    f"NVLink not verified ({text}): vLLM runs over PCIe with P2P and custom "
+                    "all-reduce off"
+                )
+    return problems, warnings
+
+
+def reboot_refusal(reasons: list[str], *, is_local: bool, allowed: bool) -> str | None:
+    """The problem to report when a reboot is needed now but must not happen: the target is the
+    controller itself (``@local``) or ``nvidia_reboot_allowed`` is False. None otherwise."""
+    if not reasons or (allowed and not is_local):
+        return None
+    why = "it is the controller itself (@local)" if is_local else "nvidia_reboot_allowed is False"
+    return (
+        f"a reboot is needed ({'; '.join(reasons)}) and rigup will not reboot this host because "
+        f"{why}: reboot it, then run again"
+    )

@@ -1,0 +1,42 @@
+"""The CUDA toolkit deploy (needs no GPU: the lab builds it)."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from pyinfra.api import deploy
+from pyinfra.operations import files
+
+from roles.common.venv import locked_venv
+from roles.nvidia.operations import cuda_home_linked
+from roles.nvidia.paths import FILES, NvidiaPaths, cuda_env
+
+
+@deploy("CUDA toolkit")
+def cuda_toolkit(settings) -> None:
+    """CUDA toolkit ``cuda_toolkit_version`` (NVIDIA's PyPI wheels, locked) at
+    ``<prefix>/cuda-<major.minor>/home``, on PATH for service users through :func:`cuda_env` and
+    for login shells through /etc/profile.d/rigup-cuda.sh."""
+    np = NvidiaPaths.from_data(settings)
+    files.directory(name=f"Directory {np.cuda_root}", path=np.cuda_root, mode="755")
+    locked_venv(
+        settings,
+        what="CUDA toolkit",
+        contents=f"cuda-toolkit {settings.cuda_toolkit_version} wheels",
+        lock_src=FILES / "cuda-toolkit.lock",
+        lock=np.cuda_lock,
+        venv=np.cuda_venv,
+        python="python3",
+    )
+    cuda_home_linked(name=f"CUDA_HOME {np.cuda_home}", venv=np.cuda_venv, home=np.cuda_home)
+    env = cuda_env(settings)
+    files.put(
+        name="CUDA toolkit on PATH for login shells",
+        src=StringIO(
+            "# Managed by rigup (roles/nvidia): the pinned CUDA toolkit\n"
+            f"export CUDA_HOME={env['CUDA_HOME']}\n"
+            f'case ":$PATH:" in *":$CUDA_HOME/bin:"*) ;; *) PATH="$CUDA_HOME/bin:$PATH" ;; esac\n'
+        ),
+        dest="/etc/profile.d/rigup-cuda.sh",
+        mode="644",
+    )

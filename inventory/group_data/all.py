@@ -34,7 +34,17 @@ base_apt_packages = [
     "python3-dev",
     "build-essential",
 ]
-uv_version = "0.13.9"  # PyPI: latest uv on 2026-11-30; builds every venv from a committed lock
+uv_version = "0.13.9"  # PyPI: latest uv on 2026-11-30 (files/base/uv.lock pins it, hash-checked)
+
+# --- Where downloads come from (firewalled and Chinese rigs, rebuilds without internet) ----------
+# Python packages, for every venv rigup builds and for uv itself; every file is still checked
+# against the hashes in the committed locks, so a mirror can only serve the same files.
+uv_index_url = ""  # "" = PyPI; e.g. "https://pypi.tuna.tsinghua.edu.cn/simple" (China)
+uv_extra_index_urls = []  # more indexes, asked before uv_index_url
+uv_find_links = []  # wheel directories on the host or URLs, e.g. a backup's "/mnt/backup/rigup/wheels"
+uv_offline = False  # True: no index at all, only uv_find_links and uv's cache (a rebuild offline)
+# Models: hf_endpoint and modelscope_endpoint ("Models" below; e.g. "https://hf-mirror.com").
+# CPython for VoxCPM2: voxcpm_python_install_mirror / voxcpm_python_downloads_json ("VoxCPM2").
 
 # --- NVIDIA driver, CUDA toolkit, power limit, NVLink (roles/nvidia) -----------------------------
 # Install path of the driver, one per host, never both (a host with both is refused):

@@ -3,9 +3,49 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from roles.common.checks import VERSION, Check, matches, owned_dir, package_list
+from roles.common.checks import (
+    Check,
+    boolean,
+    owned_dir,
+    package_list,
+    str_list,
+    url_or_empty,
+)
+from roles.common.locks import version_check
+
+UV_LOCK = Path(__file__).resolve().parents[2] / "files" / "base" / "uv.lock"
+
+
+def url_list(value: Any) -> str | None:
+    """A list of http(s) URLs (package indexes)."""
+    problem = str_list(value)
+    if problem:
+        return problem
+    bad = [v for v in value if not v or url_or_empty(v)]
+    return f"must be http(s) URLs such as https://pypi.org/simple, got {bad!r}" if bad else None
+
+
+def wheel_places(value: Any) -> str | None:
+    """A list of wheel directories: absolute paths on the host, or http(s)/file URLs."""
+    problem = str_list(value)
+    if problem:
+        return problem
+    bad = [
+        v
+        for v in value
+        if not (v.startswith("/") or v.startswith("file:///") or url_or_empty(v) is None)
+        or v in ("", "/")
+        or any(c in v for c in " ,\n")
+    ]
+    return (
+        f"must be absolute paths or URLs of wheel directories (no spaces or commas), got {bad!r}"
+        if bad
+        else None
+    )
+
 
 RULES: dict[str, Check] = {
     "rigup_prefix": owned_dir,
@@ -14,7 +54,11 @@ RULES: dict[str, Check] = {
     "rigup_tmp_dir": owned_dir,
     "uv_cache_dir": owned_dir,
     "base_apt_packages": package_list,
-    "uv_version": matches(VERSION, "a release number such as 0.13.9"),
+    "uv_version": version_check(UV_LOCK, "uv", "uv_version"),
+    "uv_index_url": url_or_empty,
+    "uv_extra_index_urls": url_list,
+    "uv_find_links": wheel_places,
+    "uv_offline": boolean,
 }
 
 OPTIONAL: tuple[str, ...] = ()

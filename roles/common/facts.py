@@ -9,14 +9,16 @@ from typing import Any
 from pyinfra.api import FactBase
 
 
-def uv_env(cache_dir: str, tmp_dir: str) -> str:
+def uv_env(cache_dir: str, tmp_dir: str, sources: str = "") -> str:
     """Environment prefix for every uv command rigup runs: its wheel cache, temp files off the
     tmpfs /tmp, the system's CA store (UV_SYSTEM_CERTS: uv otherwise trusts only its bundled
-    roots, which fails behind a TLS-inspecting proxy; measured in the lab), no Python downloads."""
-    return (
+    roots, which fails behind a TLS-inspecting proxy; measured in the lab), no Python downloads,
+    and where packages come from (``sources``: :meth:`roles.common.uv.PackageSources.uv_env`)."""
+    env = (
         f"UV_CACHE_DIR={shlex.quote(cache_dir)} TMPDIR={shlex.quote(tmp_dir)} "
         "UV_SYSTEM_CERTS=1 UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1"
     )
+    return f"{env} {sources}" if sources else env
 
 
 class UvVersion(FactBase):
@@ -46,8 +48,10 @@ class UvSyncPending(FactBase):
     A lock that uv cannot read on the host is an error the caller reports (``["!error: ..."]``).
     """
 
-    def command(self, uv: str, python: str, lock: str, cache_dir: str, tmp_dir: str) -> str:
-        prefix = uv_env(cache_dir, tmp_dir)
+    def command(
+        self, uv: str, python: str, lock: str, cache_dir: str, tmp_dir: str, sources: str = ""
+    ) -> str:
+        prefix = uv_env(cache_dir, tmp_dir, sources)
         return (
             f"if ! test -x {shlex.quote(python)}; then echo '@no-venv'; "
             f"elif ! test -f {shlex.quote(lock)}; then echo '@no-lock'; "

@@ -31,27 +31,38 @@ def fingerprint(*parts: Any) -> str:
 
 
 @operation()
-def uv_venv_synced(venv: str, lock: str, python: str, uv: str, cache_dir: str, tmp_dir: str):
+def uv_venv_synced(
+    venv: str, lock: str, python: str, uv: str, cache_dir: str, tmp_dir: str, sources: str = ""
+):
     """Make the venv at ``venv`` hold exactly the packages of ``lock`` (hash-checked).
 
     + venv: venv directory (created with ``uv venv --python python`` when absent)
     + lock: requirements file on the host with ``--hash`` lines (``uv pip compile --generate-hashes``)
     + python: interpreter for a new venv (``python3`` or a path); uv never downloads one here
     + uv: path of the uv binary; cache_dir / tmp_dir: uv's wheel cache and temp directory
+    + sources: where packages come from, as uv environment words
+      (:meth:`roles.common.uv.PackageSources.uv_env`; "" for PyPI)
 
     A no-op when ``uv pip sync --dry-run`` reports nothing to do. Raises ``OperationError`` when
     uv cannot evaluate the lock (its message is included).
     """
     python_bin = f"{venv}/bin/python"
+    where = {"sources": sources} if sources else {}
     pending = host.get_fact(
-        UvSyncPending, uv=uv, python=python_bin, lock=lock, cache_dir=cache_dir, tmp_dir=tmp_dir
+        UvSyncPending,
+        uv=uv,
+        python=python_bin,
+        lock=lock,
+        cache_dir=cache_dir,
+        tmp_dir=tmp_dir,
+        **where,
     )
     if pending == []:
         host.noop(f"venv {venv} matches {lock}")
         return
     if pending and pending[0].startswith("!error"):
         raise OperationError(f"uv could not check {venv} against {lock}: {pending[0][8:]}")
-    env = uv_env(cache_dir, tmp_dir)
+    env = uv_env(cache_dir, tmp_dir, sources)
     yield f"mkdir -p {shlex.quote(tmp_dir)} {shlex.quote(cache_dir)}"
     if pending is None:
         yield f"{env} {shlex.quote(uv)} venv --python {shlex.quote(python)} {shlex.quote(venv)}"

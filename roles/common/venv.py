@@ -12,6 +12,7 @@ from pyinfra.operations import files
 
 from roles.common.operations import uv_venv_synced
 from roles.common.paths import Layout
+from roles.common.uv import PackageSources
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,10 @@ def locked_venv(
     + what: the component ("vLLM"), contents: what the lock holds, for the operation names
     + python: the interpreter a new venv is created with (``python3`` or a path)
 
-    uv comes from the base role (``<prefix>/uv``), with its wheel cache and temp directory.
+    uv comes from the base role (``<prefix>/uv``), with its wheel cache and temp directory; the
+    packages from the host's package sources (``uv_index_url``, ``uv_extra_index_urls``,
+    ``uv_find_links``, ``uv_offline``: :class:`roles.common.uv.PackageSources`), hash-checked
+    against the lock whatever the source.
     """
     layout = Layout.from_data(settings)
     lock_op = files.put(name=f"{what} lock file", src=str(lock_src), dest=lock, mode="644")
@@ -56,5 +60,6 @@ def locked_venv(
         uv=layout.uv,
         cache_dir=layout.uv_cache,
         tmp_dir=layout.tmp,
+        sources=PackageSources.from_data(settings).uv_env(),
     )
     return LockedVenv(lock=lock_op, venv=venv_op, path=venv)

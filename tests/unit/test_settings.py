@@ -58,7 +58,7 @@ def test_seed_values(settings):
         ("model_backup_dir", "backup", "absolute path"),
         ("model_llm_manifest", "no-such-model", "not found"),
         ("base_apt_packages", ["curl", "Bad Name"], "invalid Debian package names"),
-        ("uv_version", "latest", "release number"),
+        ("uv_version", "latest", "pins uv==0.13.9"),
         ("nvidia_gpu_count", 2.0, "must be an integer"),
     ],
 )

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from roles.common.paths import Layout
+from roles.common.uv import PackageSources
 from roles.model.manifest import Manifest
 from roles.model.paths import ModelPaths
 
@@ -112,8 +113,12 @@ def placed_problems(manifest: Manifest, record: dict | None, sizes: dict[str, in
 
 
 def backup_argv(data: Any, store: str, to: str) -> str:
-    """The shell command that copies every placed model of ``store`` to ``to``, verified."""
+    """The shell command that copies every placed model of ``store`` to ``to``, verified, and
+    what the venvs under ``rigup_prefix`` need to be rebuilt offline (their wheels, from the
+    host's package indexes, and the CPython builds)."""
     p = ModelPaths.from_data(data)
     argv = [p.python, p.fetch, "backup", "--store", store, "--to", to,
-            "--report", f"{p.reports}/backup.json"]  # fmt: skip
+            "--prefix", Layout.from_data(data).prefix, "--report", f"{p.reports}/backup.json"]  # fmt: skip
+    for index in PackageSources.from_data(data).indexes():
+        argv += ["--index", index]
     return f"{_env(data)} {shlex.join(argv)}"

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from lab import comfyui_lab, hub_lab, scenario, voxcpm_lab
+from lab import comfyui_lab, hub_lab, offline, scenario, voxcpm_lab
 from lab.config import LabConfig
 from lab.machine import LabMachine
 from lab.step import StepResult
@@ -699,3 +699,47 @@ def test_flux2_manifest_placed_and_linked_where_comfyui_lists_it(converged):
     assert dry.returncode == 0, dry.stderr[-2000:]
     plan = json.loads(dry.stdout)["plan"]
     assert not [op["name"] for op in plan if op["hosts_with_change"]]
+
+
+# --- Rebuild after a lost disk with no network at all ----------------------------------
+OFFLINE_REBUILD = os.environ.get("RIGUP_LAB_OFFLINE_REBUILD") == "1"
+
+
+@pytest.mark.skipif(
+    not OFFLINE_REBUILD,
+    reason="opt-in (RIGUP_LAB_OFFLINE_REBUILD=1): the backup fetches the wheels of every venv "
+    "once (several GB from the package index), and the rebuild needs as much disk again",
+)
+def test_a_rebuild_with_no_network_from_the_backup(converged):
+    """The backup carries the models, a wheelhouse for every lock and the CPython build; after
+    rigup's disk is lost, the whole converge runs where no network exists (lab/offline.py) and
+    rebuilds everything from the backup alone; a normal converge then plans no change."""
+    proc = subprocess.run(
+        [str(scenario.BIN / "pyinfra"), "-y", "inventory/lab.py", "deploys/model_backup.py",
+         "--data", "model_backup_dir=/srv/backup"],
+        cwd=scenario.REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(converged.ssh("cat /srv/backup/rigup-backup.json").stdout)
+    assert summary["status"] == "ok" and not summary["wheels"]["problems"]
+    try:
+        result = offline.rebuild(
+            converged, "/srv/backup", ["deploys/full.py"], scenario.REPO, scenario.BIN
+        )
+        assert result.ok, result.detail.get("output")
+        assert result.detail["network"].startswith("lo rc=6"), result.detail["network"]
+        for report in result.detail["models"]:
+            assert report["status"] == "placed" and report["from"].startswith("/srv/backup/")
+        again = scenario.idempotence()
+        assert again.rc == 0, again.detail.get("stderr") or again.detail["changes"]
+        assert _infra("-k", "byte_for_byte or matches_its_manifest or venv").ok
+        wheels = summary["wheels"]
+        print(
+            f"\noffline rebuild: {result.seconds:.1f} s ({result.detail['deploys']}), 0 B from "
+            f"a network (the converge's namespace: {result.detail['network']}); from the backup: "
+            f"{sum(r['bytes_transferred'] for r in result.detail['models']):,} B of models, "
+            f"{wheels['files']} wheels/sdists ({wheels['bytes_total']:,} B), "
+            f"CPython {', '.join(summary['python']['builds'])}"
+        )
+    finally:
+        converged.ssh("rm -rf /var/cache/rigup/uv-rebuild")

@@ -1,6 +1,9 @@
 """``backup``: every placed model of a store copied to a backup directory, each file checked
 against the sha256 recorded when it was placed, each model renamed into place when complete;
-models already in the backup are skipped."""
+models already in the backup are skipped. With ``--prefix``, also what the venvs need to be
+rebuilt without a network: a wheelhouse (``<to>/wheels``) and the CPython builds
+(``<to>/python``) (modeltool.wheelhouse). The summary ``<to>/rigup-backup.json`` ends with the
+settings a rebuild from this backup uses."""
 
 from __future__ import annotations
 
@@ -10,10 +13,11 @@ import time
 from pathlib import Path
 
 from modeltool.hashing import copy_resuming
-from modeltool.layout import RECORD, VERIFIED, partial_dir
+from modeltool.layout import RECORD, VERIFIED, FetchError, partial_dir
 from modeltool.place import check_free_space, current, finish_file, verified_before
 from modeltool.progress import Progress
 from modeltool.snapshot import mismatches
+from modeltool.wheelhouse import fill, python_builds
 
 
 def backup_model(placed: Path, target: Path, spare: int) -> int:
@@ -69,13 +73,29 @@ def cmd_backup(opts) -> dict:
             entry["status"] = "copied"
         total += sum(f["size"] for f in record["files"])
         models.append(entry)
-    summary = {
-        "status": "ok",
-        "to": str(to),
-        "models": models,
-        "bytes_total": total,
-        "bytes_transferred": copied,
-        "seconds": round(time.monotonic() - started, 2),
-    }
+    summary = {"status": "ok", "to": str(to), "models": models}
+    restore = {"model_local_dirs": [str(to)]}
+    if opts.prefix:
+        wheels = fill(to / "wheels", Path(opts.prefix), opts.index, opts.spare_bytes)
+        pythons = python_builds(Path(opts.prefix) / "python", to / "python")
+        summary.update(wheels=wheels, python=pythons)
+        copied += wheels["bytes_transferred"] + pythons["bytes_transferred"]
+        restore.update(uv_find_links=[wheels["dir"]], uv_offline=True)
+        if pythons["downloads_json"]:
+            restore["voxcpm_python_downloads_json"] = pythons["downloads_json"]
+        if wheels["problems"]:
+            summary["status"] = "incomplete"  # raised below, once the summary is written
+    summary.update(
+        bytes_total=total,
+        bytes_transferred=copied,
+        seconds=round(time.monotonic() - started, 2),
+        restore=restore,
+    )
     (to / "rigup-backup.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    problems = summary.get("wheels", {}).get("problems", [])
+    if problems:
+        raise FetchError(
+            f"the backup in {to} cannot rebuild every venv without a network (models, wheels and "
+            f"CPython kept so far are there): {'; '.join(problems[:10])}"
+        )
     return summary

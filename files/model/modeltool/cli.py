@@ -7,7 +7,7 @@ manifests.
                           [--modelscope-token-file FILE] [--replace-mismatched]
                           [--verify-sha256] [--report FILE]
     model_fetch.py verify --dir DIR [--manifest M.json]   (size, sha256, shards, stray files)
-    model_fetch.py backup --store DIR --to DIR [--report FILE]
+    model_fetch.py backup --store DIR --to DIR [--prefix DIR [--index URL ...]] [--report FILE]
 
 Output: progress lines on stderr (every 5 s: bytes, percent, rate) and one JSON line on stdout
 (also written to --report): {"status": "placed"|"present"|"repaired"|"mismatch"|"interrupted"|
@@ -92,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--to", required=True)
     b.add_argument("--report", default="")
     b.add_argument("--spare-bytes", type=int, default=SPARE_BYTES, help="keep this much free")
+    b.add_argument("--prefix", default="", help="rigup_prefix: also back up what its venvs need")
+    b.add_argument("--index", action="append", default=[], help="package index for the wheels")
     return cli
 
 

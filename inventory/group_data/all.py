@@ -236,12 +236,15 @@ cuda_context_gib = 0.8
 comfyui_install = True  # False leaves ComfyUI off this host (and out of the VRAM budget)
 # Source: a git URL, or an absolute path to a git mirror on the host (firewalled rigs, the lab).
 comfyui_git_url = "https://github.com/comfyanonymous/ComfyUI.git"
-# ComfyUI v0.8.0 release commit ("ComfyUI v0.8.0", 2026-01-07), the newest release this repo could
-# verify from a mirror; files/comfyui/requirements.lock follows its requirements.txt. The FLUX.2
-# Dev nodes need >= 0.3.71 (Comfy-Org workflow templates); the LTX-2.3 templates were saved with
-# core nodes up to 0.22.0, so bump this pin (and the lock) before serving LTX-2.3.
-comfyui_commit = "fc0cb10bcbee6e73ed3caf34c27f7bde4559a07f"
-comfyui_version = "0.8.0"  # comfyui_version.py at comfyui_commit (checked after checkout)
+# The ComfyUI release (a tag of comfyui_git_url). Its lock, files/comfyui/releases/<tag>.toml and
+# <tag>.requirements.lock, pins the commit and every package; a release without a lock is locked
+# by its first run on a rig that reaches the git remote (the run names the files: commit them).
+# v0.8.0 ("ComfyUI v0.8.0", 2026-01-07) is the newest release this repo could verify from a mirror.
+# The FLUX.2 Dev nodes need >= 0.3.71 (Comfy-Org workflow templates); the LTX-2.3 templates were
+# saved with core nodes up to 0.22.0: set a newer release before serving LTX-2.3.
+comfyui_release = "v0.8.0"
+comfyui_commit = ""  # "" = the release lock's commit; a commit of one's own mirror (the lab)
+comfyui_lock_dir = ""  # "" = files/comfyui/releases; where release locks are, on the controller
 comfyui_user = "comfyui"  # non-root service user; owns comfyui_base_dir
 comfyui_python = "python3"  # interpreter for the venv; ComfyUI v0.8.0: requires-python >=3.10
 comfyui_host = "127.0.0.1"  # loopback by default (--listen); ComfyUI has no authentication

@@ -3,10 +3,12 @@
 Settings: every ``comfyui_*`` key (rules in roles/comfyui/settings.py). Layout
 (:class:`roles.comfyui.paths.ComfyuiPaths`):
 
-- ``<prefix>/comfyui/src``: git checkout of ``comfyui_git_url`` at ``comfyui_commit`` (a URL, or
-  a local mirror path for rigs behind a firewall and for the lab); root-owned, read-only to the
-  service. A checkout with local changes is never reset: the run stops and names them.
-- ``<prefix>/comfyui/venv``: built by uv from files/comfyui/requirements.lock (hash-pinned).
+- ``<prefix>/comfyui/src``: git checkout of ``comfyui_git_url`` (a URL, or a local mirror path
+  for rigs behind a firewall and for the lab) at the commit of the release ``comfyui_release``,
+  as its lock says (roles/comfyui/release.py; a release without a lock is locked by its first
+  run); root-owned, read-only to the service. A checkout with local changes is never reset: the
+  run stops and names them.
+- ``<prefix>/comfyui/venv``: built by uv from the release's requirements lock (hash-pinned).
 - ``comfyui_base_dir`` (``--base-directory``): models/, custom_nodes/, input/, output/, user/
   (and ComfyUI's own temp/), owned by the service user. rigup creates the directories and never
   touches what is in them; model files are links into the model store.
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,8 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt
 
 from roles.comfyui.flags import exec_start, main_args, service_env
-from roles.comfyui.git import git_checkout_pinned
 from roles.comfyui.paths import BASE_SUBDIRS, UNIT, ComfyuiPaths
+from roles.comfyui.release import release_of, release_source
 from roles.common.operations import fingerprint
 from roles.common.service import GpuService, ServiceSpec
 from roles.model import ModelStore, link_model_files
@@ -38,7 +39,6 @@ from roles.modes.budget import service_mode
 from roles.nvidia.layer import NvidiaLayer
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "comfyui"
-LOCK = FILES / "requirements.lock"
 
 
 def _sha256(path: Path) -> str:
@@ -55,7 +55,7 @@ def service_spec(settings: Any) -> ServiceSpec:
         role="roles/comfyui",
         component="ComfyUI",
         env=service_env(settings),
-        description=f"ComfyUI {settings.comfyui_version} (rigup media mode)",
+        description=f"{release_of(settings).label} (rigup media mode)",
         documentation="https://docs.comfy.org/",
         exec_start=exec_start(settings),
         ready_path="/system_stats",
@@ -91,28 +91,8 @@ def comfyui(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> N
         owned=((d.base, "750"), *((f"{d.base}/{sub}", "750") for sub in BASE_SUBDIRS)),
     )
 
-    commit = settings.comfyui_commit
-    version_file = shlex.quote(f"{d.src}/comfyui_version.py")
-    checkout = git_checkout_pinned(
-        name=f"ComfyUI {settings.comfyui_version} source at {commit[:12]}",
-        path=d.src,
-        url=settings.comfyui_git_url,
-        commit=commit,
-        version_check=(
-            f"grep -qx '__version__ = \"{settings.comfyui_version}\"' {version_file} || "
-            f"{{ echo 'comfyui_version: {version_file} at {commit} is not "
-            f"{settings.comfyui_version}' >&2; exit 1; }}"
-        ),
-    )
-    svc.track(checkout, software=True)
-    svc.venv(
-        what="ComfyUI",
-        contents=f"ComfyUI {settings.comfyui_version} requirements",
-        lock_src=LOCK,
-        lock=d.lock,
-        venv=d.venv,
-        python=settings.comfyui_python,
-    )
+    release, changes = release_source(settings)
+    svc.track(*changes, software=True)
     check_args = FILES / "check_args.py"
     svc.put("Script check_args.py", check_args, f"{d.bin}/check_args.py", "755")
 
@@ -127,7 +107,12 @@ def comfyui(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> N
             f"{d.bin}/check_args.py {d.src} {d.args_file}"
         ),
         stamp=f"{svc.layout.checks}/comfyui-args.ok",
-        key=fingerprint(args, commit, _sha256(LOCK), _sha256(check_args)),
+        key=fingerprint(
+            args,
+            release.commit,
+            _sha256(release.requirements) if release.requirements else release.tag,
+            _sha256(check_args),
+        ),
         what="ComfyUI argument check",
     )
 

@@ -76,3 +76,31 @@ def git_checkout_pinned(path: str, url: str, commit: str, version_check: str | N
     yield f"git -C {q} -c advice.detachedHead=false checkout --quiet --detach {c}"
     if version_check:
         yield version_check
+
+
+@operation()
+def git_checkout_tag(path: str, url: str, tag: str):
+    """Check out at ``path`` the commit ``tag`` names in the repository at ``url``, resolved on the
+    host when the operation runs (a release's first run, before its lock exists; later runs use
+    :func:`git_checkout_pinned` with the locked commit).
+
+    Raises ``OperationError`` when the work tree has local changes (kept, never reset); the
+    commands fail when ``url`` has no such tag.
+    """
+    state = host.get_fact(GitCheckout, path=path)
+    if state and state["dirty"]:
+        changes = "; ".join(state["dirty"][:10])
+        raise OperationError(
+            f"{path} has local changes ({changes}); rigup does not reset them. Move them out, "
+            "then re-run."
+        )
+    q, ref = shlex.quote(path), f"refs/tags/{tag}"
+    if state is None:
+        yield f"git clone --quiet --no-checkout {shlex.quote(url)} {q}"
+    elif state["origin"] != url:
+        yield f"git -C {q} remote set-url origin {shlex.quote(url)}"
+    yield (
+        f"git -C {q} fetch --quiet --force origin {shlex.quote(f'{ref}:{ref}')} || "
+        f"{{ echo 'release {tag} is not a tag of {url}' >&2; exit 1; }}"
+    )
+    yield f"git -C {q} -c advice.detachedHead=false checkout --quiet --detach {shlex.quote(ref + '^{commit}')}"

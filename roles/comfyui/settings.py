@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from roles.comfyui.release import TAG, ReleaseError, load_release
 from roles.common.checks import (
     GIT_COMMIT,
     UNIX_NAME,
-    VERSION,
     Check,
+    abs_path_or_empty,
     boolean,
     env_mapping,
     git_source,
@@ -39,11 +40,23 @@ MANAGED_FLAGS = (
 #: release; --high-vram is the common misspelling of --highvram and does not exist).
 REFUSED_FLAGS = ("--highvram", "--gpu-only", "--high-vram")
 
+
+def commit_or_empty(value: Any) -> str | None:
+    """ "" (the release lock's commit) or a full 40-character commit id."""
+    if value == "" or (isinstance(value, str) and GIT_COMMIT.match(value)):
+        return None
+    return (
+        "must be empty (the release's locked commit) or a full 40-character git commit id, "
+        f"got {value!r}"
+    )
+
+
 RULES: dict[str, Check] = {
     "comfyui_install": boolean,
     "comfyui_git_url": git_source,
-    "comfyui_commit": matches(GIT_COMMIT, "a full 40-character git commit id"),
-    "comfyui_version": matches(VERSION, "a release number such as 0.8.0"),
+    "comfyui_release": matches(TAG, "a release tag of ComfyUI such as v0.8.0"),
+    "comfyui_commit": commit_or_empty,
+    "comfyui_lock_dir": abs_path_or_empty,
     "comfyui_user": matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
     "comfyui_python": python_interpreter,
     "comfyui_host": host_address,
@@ -62,8 +75,13 @@ OPTIONAL: tuple[str, ...] = ()
 
 
 def consistency(values: Mapping[str, Any]) -> list[str]:
-    """comfyui_extra_args may not set managed flags nor the VRAM-pinning ones."""
+    """comfyui_extra_args may not set managed flags nor the VRAM-pinning ones; the release's
+    lock, when there is one, must be usable."""
     problems = []
+    try:
+        load_release(values["comfyui_release"], values["comfyui_lock_dir"])
+    except ReleaseError as exc:
+        problems.append(f"comfyui_release: {' '.join(str(exc).split())}")
     flags = {a.split("=", 1)[0] for a in values["comfyui_extra_args"]}
     managed = sorted(flags & set(MANAGED_FLAGS))
     if managed:

@@ -8,6 +8,7 @@ import pytest
 
 from roles.comfyui.flags import main_args, service_env, system_stats_url
 from roles.comfyui.paths import BASE_SUBDIRS, ComfyuiPaths
+from roles.comfyui.release import release_of
 from roles.common.facts import uv_env
 from roles.modes.budget import MODES
 
@@ -45,14 +46,15 @@ def test_checkout_at_the_pinned_commit_and_clean(host, data, d):
     git = f"git -C {d.src}"
     head = host.run(f"{git} rev-parse HEAD")
     assert head.rc == 0, f"no git checkout at {d.src}: run deploys/comfyui.py"
-    assert head.stdout.strip() == data.get("comfyui_commit"), (
-        f"{d.src} is at {head.stdout.strip()}, comfyui_commit is {data.get('comfyui_commit')}"
+    release = release_of(data)
+    assert head.stdout.strip() == release.commit, (
+        f"{d.src} is at {head.stdout.strip()}, release {release.tag} is {release.commit}"
     )
     assert host.run(f"{git} remote get-url origin").stdout.strip() == data.get("comfyui_git_url")
     dirty = host.run(f"{git} status --porcelain").stdout.strip()
     assert not dirty, f"local changes in {d.src}: {dirty}"
     version = host.file(f"{d.src}/comfyui_version.py").content_string
-    assert f'__version__ = "{data.get("comfyui_version")}"' in version.splitlines()
+    assert f'__version__ = "{release_of(data).version}"' in version.splitlines()
 
 
 def test_service_cannot_write_its_code(host, data, d):
@@ -205,7 +207,7 @@ def test_system_stats_answers_in_the_media_mode(host, data):
     out = host.run(f"curl -fsS --max-time 10 {system_stats_url(data)}")
     assert out.rc == 0, f"GET {system_stats_url(data)} failed: {out.stderr}"
     stats = json.loads(out.stdout)
-    assert stats["system"]["comfyui_version"] == data.get("comfyui_version"), stats["system"]
+    assert stats["system"]["comfyui_version"] == release_of(data).version, stats["system"]
     device = stats["devices"][0]
     assert device["type"] == ("cpu" if data.get("comfyui_cpu") else "cuda"), device
     listening = host.run(f"ss -Hltn 'sport = :{data.get('comfyui_port')}'").stdout.split()

@@ -813,3 +813,60 @@ def test_a_rebuild_with_no_network_from_the_backup(converged):
         )
     finally:
         converged.ssh("rm -rf /var/cache/rigup/uv-rebuild")
+
+
+# --- ComfyUI: a release tag locked by its first run -------------------------------------
+_TEST_RELEASES = """set -eu
+rm -rf /var/tmp/comfy-test /srv/mirror/comfyui-test.git
+mkdir -p /var/tmp/comfy-test && cd /var/tmp/comfy-test && git init -q -b master
+commit() { git add -A && git -c user.name=lab -c user.email=lab@rigup.invalid commit -qm "$1"; }
+printf '__version__ = "1.0.0"\\n' > comfyui_version.py && printf 'six==1.17.0\\n' > requirements.txt
+commit v1.0 && git tag v1.0
+printf '__version__ = "1.1.0"\\n' > comfyui_version.py
+printf 'six==1.17.0\\npackaging\\n' > requirements.txt
+commit v1.1 && git tag v1.1
+git clone -q --bare . /srv/mirror/comfyui-test.git
+"""
+
+
+def test_a_comfyui_release_is_locked_by_its_first_run(converged, tmp_path):
+    """A release tag with no lock (a test repository with tags v1.0 and v1.1: ComfyUI's
+    comfyui_version.py and requirements.txt): the first run checks out the commit v1.1 names,
+    compiles its requirements with every hash, builds the venv from that and writes the release
+    lock here; the next run changes nothing; after the tag moves, a rig with the lock still gets
+    the locked commit."""
+    converged.ssh(_TEST_RELEASES)
+    repo = "/srv/mirror/comfyui-test.git"
+    tagged = converged.ssh(f"git -C {repo} rev-parse 'v1.1^{{commit}}'").stdout.strip()
+    data = [f"comfyui_git_url={repo}", "comfyui_release=v1.1", f"comfyui_lock_dir={tmp_path}"]
+    args = [a for d in data for a in ("--data", d)]
+    deploy = "tests/lab/deploys/comfyui_release.py"
+    try:
+        first = pyinfra("-y", "inventory/lab.py", deploy, *args)
+        out = first.stdout + first.stderr
+        assert first.returncode == 0, out[-4000:]
+        assert "ComfyUI release locks written on this controller" in out
+        lock = (tmp_path / "v1.1.toml").read_text()
+        assert f'commit = "{tagged}"' in lock and 'version = "1.1.0"' in lock
+        requirements = (tmp_path / "v1.1.requirements.lock").read_text()
+        assert "six==1.17.0" in requirements and "packaging==" in requirements
+        assert "--hash=sha256:" in requirements
+        venv = "/opt/rigup/comfyui/venv/bin/python"
+        assert converged.ssh(f"{venv} -c 'import six, packaging'", check=False).returncode == 0
+        dry = pyinfra("inventory/lab.py", deploy, "--dry", "--json", *args)
+        assert dry.returncode == 0, dry.stderr[-3000:]
+        assert not scenario.plan_changes(json.loads(dry.stdout))[0], "the locked release changed"
+        # the tag moves on; another rig (a fresh one here) with the lock gets the locked commit
+        converged.ssh(
+            "cd /var/tmp/comfy-test && printf 'six==1.17.0\\nidna\\n' > requirements.txt && "
+            "git -c user.name=lab -c user.email=lab@rigup.invalid commit -qam moved && "
+            f"git tag -f v1.1 >/dev/null && git push -q -f {repo} master v1.1 && "
+            "rm -rf /opt/rigup/comfyui"
+        )
+        again = pyinfra("-y", "inventory/lab.py", deploy, *args)
+        assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
+        head = converged.ssh("git -C /opt/rigup/comfyui/src rev-parse HEAD").stdout.strip()
+        assert head == tagged != converged.ssh(f"git -C {repo} rev-parse v1.1").stdout.strip()
+        assert converged.ssh(f"{venv} -c 'import idna'", check=False).returncode != 0
+    finally:
+        converged.ssh(f"rm -rf /opt/rigup/comfyui /var/tmp/comfy-test {repo}")

@@ -748,6 +748,13 @@ def comfyui_highvram():
     }
 
 
+def comfyui_new_release():
+    """A ComfyUI release with no lock yet: its first run locks it."""
+    return {**_converged_nvidia(), **_ubuntu_2604(), **_driver(), **_mirror_present()}, {
+        "comfyui_release": "v0.22.0"
+    }
+
+
 def comfyui_on_cpu_no_gpu():
     """The lab's shape: no GPU declared, ComfyUI on the CPU, media mode at boot."""
     return {**_ubuntu_2604(), **_mirror_present()}, {
@@ -767,6 +774,7 @@ SCENARIOS.update(
             media_oversubscribed,
             llm_oversubscribed,
             comfyui_highvram,
+            comfyui_new_release,
             comfyui_on_cpu_no_gpu,
         )
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.plans.test_plans import changes, conditional, plan, run_pyinfra
+from tests.plans.test_plans import REPO, changes, conditional, plan, run_pyinfra
 
 MODE_OP = "GPU modes | A mode is running (llm when none is)"
 
@@ -104,3 +104,22 @@ def test_partial_deploys_refuse_an_oversubscribed_config_too(deploy):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "VRAM budget: media mode oversubscribes GPU 0" in out, out
     assert "Beginning operation run" not in out
+
+
+def test_a_comfyui_release_without_a_lock_is_locked_by_its_first_run():
+    """comfyui_release names a tag with no lock here: the host checks out the commit the tag
+    names, compiles its requirements with every hash, builds the venv from that, and the lock is
+    written on this controller, where the run says."""
+    rc, parsed, err = plan("comfyui_new_release", "deploys/comfyui.py")
+    assert rc == 0, err
+    names = changes(parsed)
+    first_run = [
+        "ComfyUI | ComfyUI source at release v0.22.0 (first run: its commit resolved on the host)",
+        "ComfyUI | ComfyUI v0.22.0 requirements locked (uv pip compile --generate-hashes)",
+        "ComfyUI | ComfyUI venv (ComfyUI v0.22.0 requirements; uv, locked on this run)",
+        "ComfyUI | ComfyUI v0.22.0 release lock written on the controller",
+    ]
+    assert [n for n in names if n in first_run] == first_run
+    assert not any("ComfyUI lock file" in n for n in names), "no lock of the controller's is put"
+    releases = REPO / "files" / "comfyui" / "releases"
+    assert f"the lock is written to {releases}/v0.22.0.toml" in " ".join(err.split())

@@ -68,7 +68,7 @@ def test_fresh_rig_plans_every_component_in_order(fresh_rig):
         "vLLM | Check the checkpoint is served text-only (language_model_only) with vLLM's config code",
         "vLLM | Unit vllm.service",
         "vLLM | vllm.service enabled in rigup-llm.target (runs in the llm mode)",
-        "ComfyUI | ComfyUI 0.8.0 source at fc0cb10bcbee",
+        "ComfyUI | ComfyUI 0.8.0 source at fc0cb10bcbee (v0.8.0)",
         "ComfyUI | ComfyUI venv (ComfyUI 0.8.0 requirements; uv, locked)",
         "ComfyUI | Check the main.py arguments with the pinned ComfyUI's own parser",
         "ComfyUI | Unit comfyui.service",

@@ -75,6 +75,8 @@ def test_service_env_is_offline_and_private(settings):
         ("comfyui_extra_args", ["--listen", "0.0.0.0"], "set by its own setting"),
         ("comfyui_commit", "v0.8.0", "40-character git commit"),
         ("comfyui_commit", "FC0CB10BCBEE6E73ED3CAF34C27F7BDE4559A07F", "40-character git commit"),
+        ("comfyui_release", "v0.8.0 beta", "a release tag of ComfyUI"),
+        ("comfyui_lock_dir", "releases", "absolute path"),
         ("comfyui_git_url", "http://example.org/ComfyUI.git", "https://"),
         ("comfyui_git_url", "relative/mirror", "https://"),
         ("comfyui_base_dir", "/srv/rigup/models", "directory of its own"),

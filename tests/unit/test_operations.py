@@ -45,6 +45,7 @@ OPERATIONS = {
     "check_passes": "roles.common.operations:check_passes",
     "json_file_patched": "roles.common.operations:json_file_patched",
     "git_checkout_pinned": "roles.comfyui.git:git_checkout_pinned",
+    "git_checkout_tag": "roles.comfyui.git:git_checkout_tag",
     "mode_active": "roles.modes:mode_active",
     "model_placed": "roles.model.operations:model_placed",
     "driver_held": "roles.nvidia.operations:driver_held",

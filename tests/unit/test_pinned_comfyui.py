@@ -1,8 +1,8 @@
-"""The pinned ComfyUI's own code, read from a git mirror at comfyui_commit: its argument parser
-accepts what rigup renders and rejects typos and offload-defeating flags, its version file
-matches comfyui_version, and files/comfyui/requirements.in follows its requirements.txt.
+"""The pinned ComfyUI's own code, read from a git mirror at the commit comfyui_release is locked
+to: its argument parser accepts what rigup renders and rejects typos and offload-defeating flags, its version file
+matches the lock's version, and files/comfyui/requirements.in follows its requirements.txt.
 
-Needs a git mirror of ComfyUI holding comfyui_commit, named by $RIGUP_COMFYUI_MIRROR. No machine
+Needs a git mirror of ComfyUI holding that commit, named by $RIGUP_COMFYUI_MIRROR. No machine
 here reaches GitHub, so CI has none: these tests skip then, saying why. The lab runs the same
 parser check on the host with the deployed checkout (files/comfyui/check_args.py, tests/infra).
 """
@@ -19,6 +19,7 @@ import pytest
 
 from lab.comfyui_lab import COMFYUI_MIRROR_ENV, comfyui_mirror
 from roles.comfyui.flags import main_args
+from roles.comfyui.release import load_release
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK = REPO / "files" / "comfyui" / "check_args.py"
@@ -26,18 +27,22 @@ CHECK = REPO / "files" / "comfyui" / "check_args.py"
 pytestmark = pytest.mark.skipif(
     comfyui_mirror() is None,
     reason=f"no ComfyUI mirror: set {COMFYUI_MIRROR_ENV} to a git mirror of ComfyUI holding "
-    "comfyui_commit (no machine here reaches GitHub)",
+    "the commit of comfyui_release (no machine here reaches GitHub)",
 )
+
+
+def _release(settings):
+    return load_release(settings["comfyui_release"], settings["comfyui_lock_dir"])
 
 
 def _show(settings: dict, path: str) -> str:
     mirror = comfyui_mirror()
     out = subprocess.run(
-        ["git", "--git-dir", str(mirror), "show", f"{settings['comfyui_commit']}:{path}"],
+        ["git", "--git-dir", str(mirror), "show", f"{_release(settings).commit}:{path}"],
         capture_output=True,
         text=True,
     )
-    assert out.returncode == 0, f"{path} at {settings['comfyui_commit']}: {out.stderr}"
+    assert out.returncode == 0, f"{path} at {_release(settings).commit}: {out.stderr}"
     return out.stdout
 
 
@@ -95,7 +100,7 @@ def test_parser_rejects(settings, checkout, tmp_path, flag, error):
 
 def test_version_file_matches_the_setting(settings):
     text = _show(settings, "comfyui_version.py")
-    assert f'__version__ = "{settings["comfyui_version"]}"' in text.splitlines()
+    assert f'__version__ = "{_release(settings).version}"' in text.splitlines()
 
 
 def _requirements(text: str) -> dict[str, str]:

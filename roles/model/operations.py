@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import fcntl
 import json
+import re
 import sys
 from io import StringIO
 from pathlib import Path
@@ -110,10 +111,12 @@ def write_lock(
         if target.exists():
             other = target.read_text(encoding="utf-8")
             if _body(other) != _body(text):
+                theirs = re.search(r'^commit = "([0-9a-f]{40})"', other, re.MULTILINE)
                 host.log_styled(
-                    f"model {manifest.name}: {target} was written meanwhile for other files "
-                    f"than this host placed (commit {record['commit']}); run again: this host's "
-                    "copy is then checked against that lock",
+                    f"model {manifest.name}: {target} was written meanwhile, by another host of "
+                    f"this run, for commit {theirs.group(1) if theirs else '?'}; this host placed "
+                    f"commit {record['commit']} (the ref moved between them). Run again: this "
+                    "host's copy is then checked against that lock",
                     fg="red",
                     log_func=logger.error,
                 )

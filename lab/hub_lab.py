@@ -43,9 +43,11 @@ HUB_UNIT = "rigup-lab-hub.service"
 
 
 def hub_port(cfg) -> int:
-    """The server's port in the lab machine of ``cfg``: ``ssh_port + 20000`` (22222 for the
-    default lab, 22223 for the test suite's)."""
-    return cfg.ssh_port + 20000
+    """The server's port in the lab machine of ``cfg``: ``ssh_port + 25000`` (27222 for the
+    default lab, 27223 for the test suite's). Labs share the controller's network; the other
+    ports that follow the SSH port: VoxCPM2's + 10000, tests/voxcpm's + 20000, vLLM's + 30000,
+    lab/offline.py's + 35000."""
+    return cfg.ssh_port + 25000
 
 
 def hub_endpoint(cfg) -> str:

@@ -54,8 +54,9 @@ while True:
 
 
 def cut_port(cfg) -> int:
-    """The controller port of the cut entrance: ``ssh_port + 30000``."""
-    return cfg.ssh_port + 30000
+    """The controller port of the cut entrance: ``ssh_port + 35000`` (see
+    :func:`lab.hub_lab.hub_port` for the other ports that follow the SSH port)."""
+    return cfg.ssh_port + 35000
 
 
 def _pump(src: socket.socket, dst: socket.socket) -> None:

@@ -17,7 +17,9 @@ FULL_ATTENTION_INTERVAL = 4
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 64  # CPU attention head sizes: 32, 64, 80, ... (cpu_attn.py)
 PARTIAL_ROTARY = 0.25  # rotary_dim 16 -> 8 frequency pairs
 MROPE_SECTION = [3, 3, 2]  # sums to rotary_dim/2 (the 27B: [11, 11, 10] for rotary_dim 64)
-LIN_K_HEADS, LIN_V_HEADS, LIN_K_DIM, LIN_V_DIM, CONV_K = 2, 4, 32, 32, 4
+# value dim 4 x 64 = 256: split over 2 tensor-parallel ranks each keeps 128 input features of the
+# INT4 out_proj, one AutoRound group (a rank with less than a group kills the CPU worker)
+LIN_K_HEADS, LIN_V_HEADS, LIN_K_DIM, LIN_V_DIM, CONV_K = 2, 4, 32, 64, 4
 MTP_LAYERS = 1
 GROUP = 128  # AutoRound group size; every quantized in_features is a multiple of it
 VISION = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=16,

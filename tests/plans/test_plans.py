@@ -64,7 +64,7 @@ def test_fresh_rig_plans_every_component_in_order(fresh_rig):
         "LLM checkpoint | Text-only edit of config.json (language_model_only)",
         "vLLM | Service user vllm",
         "vLLM | vLLM venv (vllm 0.22.1 and its dependencies; uv, locked)",
-        "vLLM | Check the serve arguments with vLLM's own parser",
+        "vLLM | Check the serve arguments with vLLM's own parser and the placed model",
         "vLLM | Check the checkpoint is served text-only (language_model_only) with vLLM's config code",
         "vLLM | Unit vllm.service",
         "vLLM | vllm.service enabled in rigup-llm.target (runs in the llm mode)",

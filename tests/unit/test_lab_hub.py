@@ -69,13 +69,18 @@ def test_the_same_files_give_the_same_commit_and_a_change_a_child(tmp_path):
 
 
 def test_each_lab_gets_its_own_port_and_an_offline_loopback_server():
+    from lab.offline import cut_port
+    from lab.serving import lab_vllm_port
+
     cfg = LabConfig(ssh_port=2260)
-    assert hub_lab.hub_port(cfg) == 22260
-    assert hub_lab.hub_endpoint(cfg) == "http://127.0.0.1:22260"
-    config = tomllib.loads(hub_lab.config_text(22260))
+    others = {cfg.ssh_port + 10000, cfg.ssh_port + 20000, lab_vllm_port(cfg), cut_port(cfg)}
+    assert hub_lab.hub_port(cfg) not in others and len(others) == 4, "ports of one lab collide"
+    assert hub_lab.hub_port(cfg) == 27260
+    assert hub_lab.hub_endpoint(cfg) == "http://127.0.0.1:27260"
+    config = tomllib.loads(hub_lab.config_text(27260))
     assert config["accessibility"]["offline"] is True
     basic = config["basic"]
-    assert basic["host"] == "127.0.0.1" and basic["port"] == 22260
+    assert basic["host"] == "127.0.0.1" and basic["port"] == 27260
     assert basic["hf-netloc"] == "127.0.0.1:9", "no upstream, not even for whoami"
     assert basic["mirrors-path"] == [hub_lab.HUB_REPOS]
 
@@ -84,4 +89,4 @@ def test_the_servers_unit_is_unprivileged_and_its_venv_locked():
     assert "DynamicUser=yes" in hub_lab.UNIT_TEXT and "User=root" not in hub_lab.UNIT_TEXT
     lock = hub_lab.LOCK.read_text()
     assert "olah==0.5.4" in lock and "--hash=sha256:" in lock
-    assert "--require-hashes" in hub_lab.install_script(22260)
+    assert "--require-hashes" in hub_lab.install_script(27260)

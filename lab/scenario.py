@@ -45,12 +45,33 @@ def seed_mirror(machine: LabMachine) -> StepResult:
     return StepResult("seed mirror", 0, time.monotonic() - started, {"bytes": size})
 
 
-def converge(inventory: str = "inventory/lab.py", deploy: str = "deploys/full.py") -> StepResult:
-    """Run the deploy for real (``pyinfra -y``), output streamed to the terminal."""
+#: What pyinfra 3.10 prints when it exits 0 on SIGINT. rigup's config.py makes an interrupted run
+#: exit 130; a run that prints this line anyway (config.py not read) is still an interrupted run.
+PYINFRA_INTERRUPTED = "Exiting upon user request!"
+
+
+def converge(
+    inventory: str = "inventory/lab.py", deploy: str = "deploys/full.py", *extra: str
+) -> StepResult:
+    """Run the deploy for real (``pyinfra -y``), output streamed to the terminal. An interrupted
+    run is a failure (rc 130) whatever pyinfra's exit status."""
     started = time.monotonic()
-    rc = subprocess.run(
-        [str(BIN / "pyinfra"), "-y", inventory, deploy], cwd=REPO, env=_env()
-    ).returncode
+    proc = subprocess.Popen(
+        [str(BIN / "pyinfra"), "-y", inventory, deploy, *extra],
+        cwd=REPO,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    interrupted = False
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        interrupted = interrupted or PYINFRA_INTERRUPTED in line
+    rc = proc.wait()
+    if interrupted and rc == 0:
+        rc = 130
     return StepResult("converge", rc, time.monotonic() - started)
 
 

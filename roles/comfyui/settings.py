@@ -21,6 +21,7 @@ from roles.common.checks import (
     python_interpreter,
     str_list,
 )
+from roles.common.urls import is_loopback
 from roles.model.settings import manifest_list
 
 #: ComfyUI flags rigup sets from its own settings (roles/comfyui/flags.py), so not allowed in
@@ -47,6 +48,7 @@ RULES: dict[str, Check] = {
     "comfyui_user": matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
     "comfyui_python": python_interpreter,
     "comfyui_host": host_address,
+    "comfyui_allow_network_without_auth": boolean,
     "comfyui_port": integer(1, 65535),
     "comfyui_base_dir": owned_dir,
     "comfyui_cpu": boolean,
@@ -62,8 +64,17 @@ OPTIONAL: tuple[str, ...] = ()
 
 
 def consistency(values: Mapping[str, Any]) -> list[str]:
-    """comfyui_extra_args may not set managed flags nor the VRAM-pinning ones."""
+    """comfyui_host beyond loopback only with comfyui_allow_network_without_auth (ComfyUI has no
+    authentication); comfyui_extra_args may not set managed flags nor the VRAM-pinning ones."""
     problems = []
+    host = values["comfyui_host"]
+    if not is_loopback(host) and not values["comfyui_allow_network_without_auth"]:
+        problems.append(
+            f"comfyui_host: {host} is not loopback, and ComfyUI has no authentication: whoever "
+            "reaches the port runs workflows and reads every input and output. Bind it to "
+            "127.0.0.1 (reach it through an SSH tunnel or a reverse proxy with authentication), "
+            "or set comfyui_allow_network_without_auth = True to expose it anyway"
+        )
     flags = {a.split("=", 1)[0] for a in values["comfyui_extra_args"]}
     managed = sorted(flags & set(MANAGED_FLAGS))
     if managed:

@@ -1,6 +1,19 @@
-"""URLs of services as probed from the host they run on."""
+"""Addresses and URLs of services: whether a bind address is loopback, and the URL a service
+is probed on from the host it runs on. Pure, standard library only."""
 
 from __future__ import annotations
+
+import ipaddress
+
+
+def is_loopback(address: str) -> bool:
+    """True for an address only this host reaches (127.0.0.0/8, ::1, localhost)."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a host name: may resolve anywhere
+        return False
 
 
 def local_probe_url(bind: str, port: int | str, path: str) -> str:

@@ -17,14 +17,10 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
-from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.api.exceptions import DeployError
-from pyinfra.facts.files import File
-from pyinfra.operations import files
 
-from roles.common.operations import fingerprint, secret_file
-from roles.common.service import GpuService, ServiceSpec, is_loopback
+from roles.common.operations import fingerprint
+from roles.common.service import GpuService, ServiceSpec, api_key_or_refuse
 from roles.model import PlacedModel
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import service_mode
@@ -98,27 +94,13 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     """
     p = VllmPaths.from_data(settings)
     key_env = settings.vllm_api_key_env
-    key = os.environ.get(key_env) or None
-    if not (is_loopback(settings.vllm_host) or key or host.get_fact(File, path=p.api_key_file)):
-        raise DeployError(
-            f"vllm_host is {settings.vllm_host}, not loopback, and vLLM has no API key: set "
-            f"${key_env} on the controller (it is stored 0600 on the host, never printed) or "
-            "bind vllm_host to 127.0.0.1 (nothing was changed)"
-        )
+    key = api_key_or_refuse(
+        "vLLM", "vllm_host", settings.vllm_host, key_env, os.environ.get(key_env), p.api_key_file
+    )
     svc = GpuService(settings, service_spec(settings, llm.path))
     svc.account("rigup vLLM service")
     svc.directories(root_owned=(p.root, p.bin, p.etc))
-    files.directory(
-        name=f"Directory {p.secrets_dir}", path=p.secrets_dir, user="root", group="root", mode="700"
-    )
-    svc.track(
-        secret_file(
-            name=f"vLLM API key from ${key_env} (0600)",
-            path=p.api_key_file,
-            secret=f"VLLM_API_KEY={key}\n" if key else None,
-            what=f"vLLM API key (${key_env})",
-        )
-    )
+    svc.api_key(key, key_env, p.secrets_dir, p.api_key_file, "VLLM_API_KEY")
     svc.venv(
         what="vLLM",
         contents=f"vllm {settings.vllm_version} and its dependencies",

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from roles.common.checks import (
+    ENV_NAME,
     SAFE_NAME,
     UNIX_NAME,
     Check,
@@ -34,6 +35,7 @@ RULES: dict[str, Check] = {
     "voxcpm_version": version_check(LOCK, "voxcpm", "voxcpm_version"),
     "voxcpm_user": matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
     "voxcpm_host": host_address,
+    "voxcpm_api_key_env": matches(ENV_NAME, "an environment variable name such as VOXCPM_API_KEY"),
     "voxcpm_port": integer(1, 65535),
     "voxcpm_served_model_name": matches(SAFE_NAME, "a name of letters, digits, '.', '_' and '-'"),
     "voxcpm_model_manifest": manifest_ref,

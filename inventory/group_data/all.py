@@ -159,11 +159,11 @@ model_backup_dir = ""  # deploys/model_backup.py copies the store here (a backup
 model_tool_python = "python3"  # interpreter of the model tool venv (huggingface_hub >= 3.9)
 
 # --- VoxCPM2 text-to-speech -----------------------------------------------------------
-# voxcpm 2.0.3 supports Python 3.10-3.12 (its README: "Python >= 3.10 (<3.13)"); Ubuntu 26.04's
-# python3 is 3.14. rigup installs CPython with uv's managed Python (python-build-standalone
+# voxcpm 2.0.3 supports Python 3.10-3.12 (its README: "Python >= 3.10 (<3.13)"), its lock 3.11 and
+# later (fastapi 0.165.0, av 18.1.0); Ubuntu 26.04's python3 is 3.14. rigup installs CPython with uv's managed Python (python-build-standalone
 # builds; uv 0.13.9 pins each version's build and sha256) into <rigup_prefix>/python. docs/voxcpm.md
 voxcpm_install = True  # False leaves VoxCPM2 off this host (and out of the VRAM budget)
-voxcpm_python_version = "3.12.16"  # uv 0.13.9: cpython-3.12.16+20261110; must be 3.10.x-3.12.x
+voxcpm_python_version = "3.12.16"  # uv 0.13.9: cpython-3.12.16+20261110; must be 3.11.x-3.12.x
 # Where uv fetches that CPython from. "" = uv's default (GitHub releases of python-build-standalone).
 # Behind a firewall: a URL or file:// directory laid out like those releases (UV_PYTHON_INSTALL_MIRROR)
 voxcpm_python_install_mirror = ""
@@ -180,6 +180,12 @@ voxcpm_host = "127.0.0.1"  # loopback by default: put a reverse proxy or SSH tun
 voxcpm_api_key_env = "VOXCPM_API_KEY"
 voxcpm_port = 8100  # rigup's choice (vLLM has 8000, ComfyUI 8188)
 voxcpm_served_model_name = "voxcpm2"  # the "model" clients send to /v1/audio/speech
+# OpenAI's voice names (alloy, ash, ballad, coral, echo, fable, onyx, nova, sage, shimmer, verse,
+# marin, cedar: what OpenAI's SDK and chat front-ends send) -> a voice of this server: "default"
+# (VoxCPM2's own voice) or the name of a recording /var/lib/rigup/voxcpm/voices/<name>.wav, e.g.
+# {"alloy": "narrator", "onyx": "default"}. An OpenAI name not listed here speaks with the default
+# voice (or with its own recording <name>.wav if there is one); recordings are asked for by name.
+voxcpm_voice_aliases = {}
 voxcpm_model_manifest = "voxcpm2"  # files/model/manifests/voxcpm2.toml
 voxcpm_gpu_index = 1  # CUDA device the service sees (CUDA_VISIBLE_DEVICES); ComfyUI gets GPU 0
 # GiB of VRAM the service takes on its GPU: voxcpm 2.0.3 README "VRAM ~8 GB" for VoxCPM2 (RTX

@@ -19,6 +19,7 @@ from roles.common.checks import (
     number,
     owned_dir,
     python_interpreter,
+    service_port,
     str_list,
 )
 from roles.common.urls import is_loopback
@@ -49,7 +50,7 @@ RULES: dict[str, Check] = {
     "comfyui_python": python_interpreter,
     "comfyui_host": host_address,
     "comfyui_allow_network_without_auth": boolean,
-    "comfyui_port": integer(1, 65535),
+    "comfyui_port": service_port,
     "comfyui_base_dir": owned_dir,
     "comfyui_cpu": boolean,
     "comfyui_gpu_index": integer(0, 15),

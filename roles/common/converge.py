@@ -30,16 +30,20 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import gevent
+from gevent import subprocess
 from pyinfra import host, logger
 from pyinfra.api import StringCommand
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.api.exceptions import DeployError
-from pyinfra.api.state import BaseStateCallback, StateStage
+from pyinfra.api.state import StateStage
 from pyinfra.connectors.fake import FakeConnector
+from pyinfra.connectors.local import LocalConnector
+from pyinfra.connectors.ssh import SSHConnector
+from pyinfra.connectors.util import make_unix_command_for_host
 
 LOCK_DIR = "/run/rigup"
 LOCK_FILE = f"{LOCK_DIR}/converge.lock"
@@ -48,13 +52,13 @@ OWNER_FILE = f"{LOCK_DIR}/converge.owner"
 BUSY = 75
 #: Seconds between heartbeats: how long a holder outlives its controller at most.
 HEARTBEAT_S = 1
-#: Seconds to wait for the holder to report the lock taken.
-ACQUIRE_TIMEOUT_S = 30.0
+#: Seconds to wait for the holder to report the lock taken or busy.
+ACQUIRE_TIMEOUT_S = 60.0
 #: Seconds a lock whose controller is known to be gone (same controller machine, pid no longer
 #: running) may take to be dropped: its holder ends at its next heartbeat.
 GONE_GRACE_S = 3 * HEARTBEAT_S + 2
 
-#: Holders started by this process: host name -> the greenlet running it.
+#: Holders started by this process: host name -> the greenlet reading its heartbeats.
 _HELD: dict[str, gevent.Greenlet] = {}
 
 
@@ -133,60 +137,110 @@ def _controller_record() -> dict[str, str]:
     }
 
 
-def _connector_arguments() -> dict:
+def _holder_command(script: str) -> str:
+    """``script`` as pyinfra would run it on the current host (its sudo/su settings applied)."""
     arguments, _ = pop_global_arguments(host.state, host, {})
-    return {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
+    connector = {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
+    connector.pop("_timeout", None)
+    connector.pop("_stdin", None)
+    connector.pop("_success_exit_codes", None)
+    connector.pop("_get_pty", None)
+    return make_unix_command_for_host(
+        host.state, host, StringCommand(script), **connector
+    ).get_raw_value()
 
 
-def _run(command: str) -> tuple[bool, list[str]]:
-    status, output = host.run_shell_command(
-        StringCommand(command), print_output=False, **_connector_arguments()
-    )
-    return status, output.stdout_lines
+@dataclass
+class Holder:
+    """A running holder: its output lines (``readline``), exit status and closing."""
+
+    readline: Callable[[], str]
+    exit_status: Callable[[], int]
+    close: Callable[[], None]
+
+
+def _start_holder(script: str) -> Holder | None:
+    """Start ``script`` on the current host with its standard output a pipe back to this
+    process: an SSH channel of pyinfra's own connection, or a subprocess for ``@local``. None for
+    other connectors (the lock is not taken there)."""
+    command = _holder_command(script)
+    if isinstance(host.connector, SSHConnector):
+        channel = host.connector.client.get_transport().open_session()
+        channel.settimeout(ACQUIRE_TIMEOUT_S)
+        channel.exec_command(command)
+        out = channel.makefile("r")
+        return Holder(out.readline, channel.recv_exit_status, channel.close)
+    if isinstance(host.connector, LocalConnector):
+        proc = subprocess.Popen(
+            command,
+            shell=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        return Holder(proc.stdout.readline, proc.wait, proc.kill)
+    return None
+
+
+def _drain(holder: Holder) -> None:
+    """Read the holder's heartbeats until its pipe closes (at the end of this run)."""
+    while True:
+        try:
+            if not holder.readline():
+                return
+        except TimeoutError:  # a slow second: the channel's read timeout, not its end
+            continue
+        except Exception:  # the connection closing at exit
+            return
 
 
 def hold_converge_lock() -> None:
     """Hold the current host's converge lock for the rest of this run; raise ``DeployError``
     (nothing changed) when another converge holds it. A no-op on pyinfra's ``@fake`` hosts
-    (plan tests: nothing there can change) and when this run holds it already."""
+    (plan tests: nothing there can change), on connectors other than SSH and ``@local`` (said
+    so), and when this run holds it already."""
     if host.name in _HELD or isinstance(host.connector, FakeConnector):
         return
-    token = secrets.token_hex(8)
-    record = {"token": token, **_controller_record()}
+    record = {"token": secrets.token_hex(8), **_controller_record()}
     here = record["controller"]
     started = time.monotonic()
     while True:
-        holder = gevent.spawn(
-            host.run_shell_command,
-            StringCommand(holder_script(record)),
-            print_output=False,
-            **_connector_arguments(),
-        )
-        while not holder.ready():
-            ok, lines = _run(f"cat {OWNER_FILE} 2>/dev/null || true")
-            if parse_owner(lines).get("token") == token:
-                _HELD[host.name] = holder
+        holder = _start_holder(holder_script(record))
+        if holder is None:
+            logger.warning(
+                f"{host.print_prefix}no converge lock: {type(host.connector).__name__} is "
+                "neither SSH nor @local"
+            )
+            return
+        lines: list[str] = []
+        try:
+            while (line := holder.readline()) and line.strip() not in ("@held", "@busy"):
+                lines.append(line.strip())
+            first = line.strip()
+            if first == "@held":
+                _HELD[host.name] = gevent.spawn(_drain, holder)
                 logger.info(
                     f"{host.print_prefix}converge lock held ({LOCK_FILE}, pid {record['pid']} "
                     f"on {here})"
                 )
                 return
-            if time.monotonic() - started > ACQUIRE_TIMEOUT_S:
-                holder.kill()
-                raise DeployError(
-                    f"could not take the converge lock on {host.name} within "
-                    f"{ACQUIRE_TIMEOUT_S:.0f} s ({LOCK_FILE}); nothing was changed"
-                )
-            gevent.sleep(0.2)
-        _status, output = holder.get()
-        lines = output.stdout_lines
-        if "@busy" not in lines:
+            while line := holder.readline():
+                lines.append(line.strip())
+            status = holder.exit_status()
+        except (OSError, TimeoutError) as e:  # socket.timeout is a TimeoutError
+            holder.close()
             raise DeployError(
-                f"could not take the converge lock on {host.name} ({LOCK_FILE}): "
-                + " | ".join(output.stdout_lines + output.stderr_lines)[-600:]
+                f"could not take the converge lock on {host.name} ({LOCK_FILE}): {e}; nothing "
+                "was changed"
+            ) from None
+        if first != "@busy" or status != BUSY:
+            raise DeployError(
+                f"could not take the converge lock on {host.name} ({LOCK_FILE}): exit {status}: "
+                + " | ".join(lines)[-600:]
                 + "; nothing was changed"
             )
-        owner = parse_owner(lines[lines.index("@busy") + 1 :])
+        owner = parse_owner(lines)
         if controller_gone(owner, here) and time.monotonic() - started < GONE_GRACE_S:
             gevent.sleep(0.5)  # a finished run's holder, ending at its next heartbeat
             continue
@@ -197,70 +251,53 @@ def hold_converge_lock() -> None:
 # interruption
 
 
-@dataclass
+@dataclass(frozen=True)
 class HostProgress:
-    """What one host is doing: the operation running (names), when it started, how many
-    operations finished, the last one that did."""
+    """Where one host stood when the run was interrupted: the operation running (its names, ""
+    between operations), how many had finished, how many were planned."""
 
-    running: str = ""
-    since: float = 0.0
-    done: int = 0
-    last: str = ""
-
-
-@dataclass
-class ConvergeProgress(BaseStateCallback):
-    """pyinfra state callbacks that keep :class:`HostProgress` per host name."""
-
-    hosts: dict[str, HostProgress] = field(default_factory=dict)
-
-    def operation_host_start(self, state, host, op_hash):  # type: ignore[override]
-        p = self.hosts.setdefault(host.name, HostProgress())
-        p.running = ", ".join(state.get_op_meta(op_hash).names) or "an operation"
-        p.since = time.monotonic()
-
-    def _finished(self, host) -> None:
-        p = self.hosts.setdefault(host.name, HostProgress())
-        p.done += 1
-        p.last, p.running = p.running, ""
-
-    def operation_host_success(self, state, host, op_hash, retry_count=0):  # type: ignore[override]
-        self._finished(host)
-
-    def operation_host_error(self, state, host, op_hash, retry_count=0, max_retries=0):  # type: ignore[override]
-        self._finished(host)
+    running: str
+    done: int
+    total: int
 
 
-def interruption_message(
-    signame: str, executing: bool, progress: Mapping[str, HostProgress], totals: Mapping[str, int]
-) -> str:
+def interruption_message(signame: str, executing: bool, hosts: Mapping[str, HostProgress]) -> str:
     """What an interrupted run tells the user. ``executing``: pyinfra had begun running
-    operations; ``totals``: operations planned per host."""
+    operations (before that, nothing was changed)."""
     if not executing:
         return (
             f"rigup: interrupted ({signame}) before any operation ran: nothing was changed on "
             "any host."
         )
     lines = [f"rigup: interrupted ({signame}) while operations were running:"]
-    now = time.monotonic()
-    for name in sorted(totals):
-        p = progress.get(name, HostProgress())
-        of = f"{p.done} of {totals[name]} operations finished"
+    for name, p in sorted(hosts.items()):
+        of = f"{p.done} of {p.total} operations finished"
         if p.running:
             lines.append(
-                f"  {name}: interrupted during '{p.running}' (running for {now - p.since:.0f} s; "
-                f"{of}). The host may be half-converged, and that operation's command may still "
-                "be running there."
+                f"  {name}: interrupted during '{p.running}' ({of}). The host may be "
+                "half-converged, and that operation's command may still be running there."
             )
         elif p.done:
-            lines.append(
-                f"  {name}: stopped between operations, after '{p.last}' ({of}). The host may "
-                "be half-converged."
-            )
+            lines.append(f"  {name}: stopped between operations ({of}). It may be half-converged.")
         else:
             lines.append(f"  {name}: no operation had run on it; nothing was changed there.")
     lines.append("Run the same converge again to finish it.")
     return "\n".join(lines)
+
+
+def progress_of(state) -> dict[str, HostProgress]:
+    """Each host's :class:`HostProgress` from pyinfra's state (the operation it executes, its
+    results so far, its planned operations)."""
+    hosts = {}
+    for h in state.inventory:
+        running = h.nested_executing_op_hash or h.executing_op_hash
+        names = ""
+        if running:
+            names = ", ".join(state.get_op_meta(running).names) or "an operation"
+        results = state.results.get(h)
+        done = (results.ops + results.error_ops) if results else 0
+        hosts[h.name] = HostProgress(names, done, len(h.op_hash_order))
+    return hosts
 
 
 def report_interruptions() -> None:
@@ -269,18 +306,12 @@ def report_interruptions() -> None:
     number. Call from config.py, which pyinfra runs before it connects to any host."""
     from pyinfra import state
 
-    progress = ConvergeProgress()
-    state.add_callback_handler(progress)
-
     def interrupted(signum, _frame):
-        executing = state.initialised and state.current_stage >= StateStage.Execute
-        totals = {h.name: len(h.op_hash_order) for h in state.inventory} if executing else {}
-        name = signal.Signals(signum).name
         try:
-            print(
-                f"\n{interruption_message(name, executing, progress.hosts, totals)}",
-                file=sys.stderr,
-            )
+            executing = state.initialised and state.current_stage >= StateStage.Execute
+            hosts = progress_of(state) if executing else {}
+            message = interruption_message(signal.Signals(signum).name, executing, hosts)
+            print(f"\n{message}", file=sys.stderr)
             sys.stdout.flush()
             sys.stderr.flush()
         finally:

@@ -28,10 +28,10 @@ from pyinfra.facts.files import File
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from roles.common.facts import UnitState
+from roles.common.facts import ListeningSockets, UnitState
 from roles.common.operations import check_passes, secret_file
 from roles.common.paths import Layout, ServicePaths
-from roles.common.urls import is_loopback, local_probe_url
+from roles.common.urls import is_loopback, local_probe_url, port_holders
 from roles.common.venv import LockedVenv, locked_venv
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "common"
@@ -91,6 +91,9 @@ class ServiceSpec:
     + read_write_paths: more writable directories; working_directory: default ``home``
     + requires (with requires_comment): more units it needs and orders after
     + optional_env_files: ``(comment, path)`` of environment files that may be absent
+    + stop_timeout_s, restart_sec: TimeoutStopSec=, RestartSec= (the unit has Restart=always)
+    + restart_prevent_exit_status (with restart_prevent_comment): exit statuses that mean a
+      restart cannot help (a wrong model directory): the unit fails instead of looping
     """
 
     unit: str
@@ -117,6 +120,8 @@ class ServiceSpec:
     optional_env_files: tuple[tuple[str, str], ...] = ()
     stop_timeout_s: int = 60
     restart_sec: int = 10
+    restart_prevent_exit_status: tuple[int, ...] = ()
+    restart_prevent_comment: str = ""
 
     @classmethod
     def of(cls, settings: Any, paths: ServicePaths, **differs: Any) -> ServiceSpec:
@@ -272,6 +277,8 @@ class GpuService:
         """
         s = self.spec
         target = s.target
+        if blocker is None:
+            require_port_free(s)
         env_file = files.template(
             name=f"{s.component} environment file",
             src=str(FILES / "service.env.j2"),
@@ -304,6 +311,24 @@ class GpuService:
             s, target, blocker, any_changed(*self.changes), unit, rigup_start(self.settings), hint
         )
         return unit
+
+
+def require_port_free(spec: ServiceSpec) -> None:
+    """Raise ``DeployError`` (before any change) when another process listens where ``spec``'s
+    server would (``spec.bind``:``spec.port``): the server could not start. Its own unit's
+    processes do not count. Reads a fact: call inside a deploy."""
+    sockets = host.get_fact(ListeningSockets)
+    if sockets is None:
+        logger.warning(f"[{host.name}] no ss (iproute2) on the host: {spec.port} not checked")
+        return
+    holders = port_holders(sockets, spec.bind, spec.port, spec.unit)
+    if holders:
+        name = spec.unit.removesuffix(".service")
+        raise DeployError(
+            f"{name}_port: {spec.port} is already taken on {host.name} by "
+            f"{'; '.join(holders)}, so {spec.unit} could not listen on {spec.bind}:{spec.port}. "
+            f"Choose another {name}_port or stop what holds it (nothing was changed)"
+        )
 
 
 def service_tools(settings: Any) -> None:

@@ -25,6 +25,7 @@ from pyinfra.operations import files
 
 from roles.common.paths import Layout
 from roles.common.service import GpuService, ServiceSpec, api_key_or_refuse
+from roles.common.venv import uv_lock_private
 from roles.model import ModelStore
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import service_mode
@@ -64,6 +65,11 @@ def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
         ),
         stop_timeout_s=30,
         restart_sec=10,
+        restart_prevent_exit_status=(2,),
+        restart_prevent_comment=(
+            "Exit 2: the model directory is not a VoxCPM2 checkpoint (voxcpm_server.py); a "
+            "converge fixes that, a restart cannot"
+        ),
     )
 
 
@@ -125,6 +131,7 @@ def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> No
         downloads_json=settings.voxcpm_python_downloads_json,
     )
     svc.track(python, software=True)
+    uv_lock_private(p.python_install_dir)
     venv_version = host.get_fact(PythonVersion, path=p.python)
     if venv_version is not None and venv_version != version:
         files.directory(

@@ -19,6 +19,7 @@ from roles.common.checks import (
     location_or_empty,
     matches,
     number,
+    service_port,
 )
 from roles.common.locks import version_check
 from roles.model.settings import manifest_ref
@@ -79,7 +80,7 @@ RULES: dict[str, Check] = {
     "voxcpm_user": matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
     "voxcpm_host": host_address,
     "voxcpm_api_key_env": matches(ENV_NAME, "an environment variable name such as VOXCPM_API_KEY"),
-    "voxcpm_port": integer(1, 65535),
+    "voxcpm_port": service_port,
     "voxcpm_served_model_name": matches(SAFE_NAME, "a name of letters, digits, '.', '_' and '-'"),
     "voxcpm_voice_aliases": voice_aliases,
     "voxcpm_model_manifest": manifest_ref,

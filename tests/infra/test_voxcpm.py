@@ -179,7 +179,7 @@ def test_unit_is_hardened(host, data):
         "ProtectProc": "invisible",
         "CapabilityBoundingSet": "",
         "RestrictSUIDSGID": "yes",
-        "Restart": "on-failure",
+        "Restart": "always",
     }
     check_unit_properties(host, UNIT, want, "deploys/voxcpm.py")
     if is_loopback(data.get("voxcpm_host")):  # systemd lists the prefixes in no fixed order

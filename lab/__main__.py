@@ -43,6 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
     p_push.add_argument("src", type=Path, help="host file or directory")
     p_push.add_argument("dest", help="absolute path in the machine")
     sub.add_parser(
+        "layers",
+        help="up, seed the model mirror, converge the base, model and vLLM layers "
+        "(deploys/base.py, deploys/vllm.py), re-run them --dry --json (0 changes), run their "
+        "testinfra modules and tests/vllm on the machine's vLLM venv, print a summary "
+        "(RIGUP_LAB_SUITE=forky: on Debian testing's python3 3.14, as on Ubuntu 26.04)",
+    )
+    sub.add_parser(
         "converge",
         help="up, seed the model mirror, run deploys/full.py, re-run it --dry --json (must plan "
         "0 changes), run testinfra (tests/infra), print a summary; the machine keeps running",
@@ -68,6 +75,29 @@ def converge(machine: LabMachine) -> int:
         skipped = "not run: the converge failed (its error is above)"
         steps += [StepResult(n, -1, 0.0, {"skipped": skipped}) for n in ("idempotence", "verify")]
     print(scenario.format_summary(steps, machine))
+    return 0 if all(s.ok for s in steps) else 1
+
+
+def layers(machine: LabMachine) -> int:
+    """The vLLM and model layers with their checks (the Python the rig builds vLLM with: forky's
+    3.14). Returns 0 when all passed; the machine keeps running."""
+    from lab import scenario  # here, not above: it builds the test checkpoint with numpy
+
+    started = time.monotonic()
+    machine.up()
+    python = machine.ssh("python3 --version", check=False).stdout.strip()
+    steps = [StepResult("create/up", 0, time.monotonic() - started), scenario.seed_mirror(machine)]
+    steps.append(scenario.converge("inventory/lab.py", *scenario.LAYER_DEPLOYS))
+    if steps[-1].ok:
+        steps.append(scenario.idempotence("inventory/lab.py", *scenario.LAYER_DEPLOYS))
+        steps.append(scenario.verify(paths=scenario.LAYER_TESTS))
+        steps.append(scenario.vllm_checks())
+        for step in steps[-2:]:
+            if not step.ok:
+                print(step.detail["output"], file=sys.stderr)
+    print(scenario.format_summary(steps, machine, full=False))
+    print(f"lab machine {machine.cfg.name}: Debian {machine.cfg.suite}, {python}")
+    print(f"layers total: {time.monotonic() - started:.0f} s")
     return 0 if all(s.ok for s in steps) else 1
 
 
@@ -110,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
             machine.push(args.src, args.dest)
         elif args.command == "converge":
             return converge(machine)
+        elif args.command == "layers":
+            return layers(machine)
     except LabError as exc:
         print(f"lab: error: {exc}", file=sys.stderr)
         return 2

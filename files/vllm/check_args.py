@@ -32,6 +32,11 @@ code the server runs next, as far as that code runs without a GPU:
 5. Only with --with-model (the model directory must exist locally): EngineArgs.
    create_model_config() (reads MODEL/config.json: architecture, quantization, max_model_len
    against the model) and create_speculative_config() (e.g. resolves the MTP draft).
+6. Only with --managed MANAGED_JSON ({"extra_start": N, "managed": {flag: setting}}): the
+   arguments from index N on (the user's extra flags) may not set what a managed flag sets,
+   under any spelling vLLM's parser takes (an alias, an abbreviation such as ``--hos``,
+   ``--max_model_len``, ``--speculative-config.key``): argparse would let the last one win.
+   Abbreviations are refused there too: spell flags out.
 
 Why the platform fallback: building vLLM 0.22.1's parser instantiates every config class for
 its defaults, and DeviceConfig() (vllm/config/device.py, __post_init__) raises "Failed to infer
@@ -315,6 +320,42 @@ def check(argv: list[str], with_model: bool) -> dict:
     return result
 
 
+def check_managed(serve: argparse.ArgumentParser, argv: list[str], spec: dict) -> None:
+    """Refuse an extra argument (from ``spec["extra_start"]`` on) that sets a managed flag's
+    destination, naming the setting that decides it; and an abbreviated extra flag."""
+    extra = argv[int(spec["extra_start"]) :]
+    owner: dict[str, tuple[str, str]] = {}
+    for flag, setting in spec["managed"].items():
+        action = serve._option_string_actions.get(flag)
+        if action is not None:
+            owner.setdefault(action.dest, (flag, setting))
+    for i, token in enumerate(extra):
+        if not token.startswith("-") or token == "--":
+            continue
+        words = [token] if "=" in token else extra[i : i + 2]
+        if len(words) == 2 and words[1].startswith("-"):
+            words = words[:1]
+        try:
+            dests = given_dests(serve, words)
+        except (_ParseError, ValueError):
+            continue  # the full parse reported it already
+        for dest in dests:
+            if dest in owner:
+                flag, setting = owner[dest]
+                raise CheckFailed(
+                    f"vllm_extra_args: {token.split('=', 1)[0]} sets {flag} ({dest}), which "
+                    f"{setting} decides; set it there"
+                )
+        name = token.split("=", 1)[0].split(".", 1)[0]
+        if name.startswith("--") and "--" + name[2:].replace("_", "-") not in (
+            serve._option_string_actions
+        ):
+            raise CheckFailed(
+                f"vllm_extra_args: {name} is taken only as an abbreviation of a longer flag; "
+                "spell the flag out"
+            )
+
+
 def check_model(engine_args) -> dict:
     if not os.path.isdir(engine_args.model):
         raise CheckFailed(f"--with-model: {engine_args.model} is not a local directory")
@@ -362,10 +403,20 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="also build vLLM's ModelConfig and speculative config from the local model dir",
     )
+    cli.add_argument(
+        "--managed",
+        metavar="MANAGED_JSON",
+        help='{"extra_start": N, "managed": {flag: setting}}: extra flags may not set these',
+    )
     try:
         opts = cli.parse_args(argv)
     except SystemExit as e:
-        emit({"ok": False, "error": "usage: check_args.py ARGV_JSON_FILE [--with-model]"})
+        emit(
+            {
+                "ok": False,
+                "error": "usage: check_args.py ARGV_JSON_FILE [--with-model] [--managed FILE]",
+            }
+        )
         return EXIT_USAGE if e.code else EXIT_OK
 
     try:
@@ -384,6 +435,11 @@ def main(argv: list[str]) -> int:
 
         logging.getLogger("vllm").addHandler(vllm_warnings)
         result = check(serve_argv, opts.with_model)
+        if opts.managed:
+            with open(opts.managed, encoding="utf-8") as f:
+                spec = json.load(f)
+            check_managed(build_parser()[1], serve_argv, spec)
+            result["checks"].append("managed flags")
         result["vllm_warnings"] = vllm_warnings.messages
     except CheckFailed as e:
         message = one_line(str(e))

@@ -12,6 +12,7 @@ from roles.common.checks import (
     Check,
     boolean,
     env_mapping,
+    flag_clashes,
     git_source,
     host_address,
     integer,
@@ -25,17 +26,18 @@ from roles.common.checks import (
 from roles.common.urls import is_loopback
 from roles.model.settings import manifest_list
 
-#: ComfyUI flags rigup sets from its own settings (roles/comfyui/flags.py), so not allowed in
-#: comfyui_extra_args.
-MANAGED_FLAGS = (
-    "--listen",
-    "--port",
-    "--base-directory",
-    "--database-url",
-    "--cuda-device",
-    "--reserve-vram",
-    "--cpu",
-)
+#: ComfyUI flags rigup sets from its own settings (roles/comfyui/flags.py; flag -> setting), so
+#: not allowed in comfyui_extra_args under any spelling (ComfyUI's argparse takes abbreviations:
+#: `--list` is `--listen`, which opens ComfyUI, without authentication, on every interface).
+MANAGED: dict[str, str] = {
+    "--listen": "comfyui_host",
+    "--port": "comfyui_port",
+    "--base-directory": "comfyui_base_dir",
+    "--database-url": "comfyui_base_dir",
+    "--cuda-device": "comfyui_gpu_index",
+    "--reserve-vram": "comfyui_reserve_vram_gib",
+    "--cpu": "comfyui_cpu",
+}
 #: ComfyUI flags refused on 24 GB cards: they keep every model in VRAM and defeat the
 #: offloading FLUX.2 Dev and LTX-2.3 need there (comfy/cli_args.py, "vram_group" of the pinned
 #: release; --high-vram is the common misspelling of --highvram and does not exist).
@@ -77,14 +79,12 @@ def consistency(values: Mapping[str, Any]) -> list[str]:
             "or set comfyui_allow_network_without_auth = True to expose it anyway"
         )
     flags = {a.split("=", 1)[0] for a in values["comfyui_extra_args"]}
-    managed = sorted(flags & set(MANAGED_FLAGS))
-    if managed:
-        problems.append(
-            f"comfyui_extra_args: {', '.join(managed)} is set by its own setting (comfyui_host, "
-            "comfyui_port, comfyui_base_dir, comfyui_gpu_index, comfyui_reserve_vram_gib, "
-            "comfyui_cpu); set it there instead"
-        )
-    refused = sorted(flags & set(REFUSED_FLAGS))
+    for clash in flag_clashes(values["comfyui_extra_args"], MANAGED, {}):
+        problems.append(f"comfyui_extra_args: {clash}; set it there instead")
+    refused = sorted(
+        {f for f in flags for r in REFUSED_FLAGS if len(f) > 3 and r.startswith(f)}
+        | (flags & set(REFUSED_FLAGS))
+    )
     if refused:
         problems.append(
             f"comfyui_extra_args: {', '.join(refused)} keeps every model in VRAM and defeats "

@@ -253,3 +253,32 @@ def contains(outer: str, inner: str) -> bool:
     """True when directory ``inner`` is ``outer`` or below it (plain string paths)."""
     o, i = outer.rstrip("/") + "/", inner.rstrip("/") + "/"
     return i.startswith(o)
+
+
+def flag_clashes(
+    extra: list[str] | tuple[str, ...], managed: Mapping[str, str], aliases: Mapping[str, str]
+) -> list[str]:
+    """Flags in ``extra`` (a service's extra arguments) that would set what a rigup setting sets:
+    ``managed`` maps each managed long flag to its setting (``{"--host": "vllm_host"}``),
+    ``aliases`` short or other spellings to their long flag (``{"-tp":
+    "--tensor-parallel-size"}``). Caught: the flag itself, ``--flag=value``, ``--flag_name``
+    with underscores (vLLM accepts it), ``--flag.key`` (vLLM's JSON keys), its aliases, and any
+    abbreviation of it (argparse takes an unambiguous prefix for the whole flag: ``--hos``).
+    Returns one message per clash: ``"--hos (an abbreviation of --host) sets what vllm_host
+    sets"``."""
+    problems = []
+    for token in extra:
+        if not token.startswith("-") or token == "--":
+            continue
+        name = token.split("=", 1)[0]
+        if name.startswith("--"):
+            name = "--" + name[2:].split(".", 1)[0].replace("_", "-")
+        flag = aliases.get(name, name)
+        how = f" (an alias of {flag})" if flag != name else ""
+        if flag not in managed and name.startswith("--") and len(name) > 3:
+            prefixes = [m for m in managed if m.startswith(name)]
+            if prefixes:
+                flag, how = prefixes[0], f" (an abbreviation of {prefixes[0]})"
+        if flag in managed:
+            problems.append(f"{token.split('=', 1)[0]}{how} sets what {managed[flag]} sets")
+    return problems

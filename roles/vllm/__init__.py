@@ -32,8 +32,9 @@ from roles.modes.budget import service_mode
 from roles.nvidia import NvidiaPaths, cuda_env
 from roles.nvidia.layer import NvidiaLayer
 from roles.vllm.cpu import cpu_serve_args, parse_cpu_list
-from roles.vllm.flags import exec_start, serve_args, service_env
+from roles.vllm.flags import exec_start, managed_args, service_env
 from roles.vllm.paths import UNIT, VllmPaths
+from roles.vllm.settings import ALIASES, MANAGED
 
 REPO = Path(__file__).resolve().parents[2]
 #: vllm_device -> the committed lock of that build of vLLM 0.22.1
@@ -71,12 +72,25 @@ def served_args(
     settings: Any, model_dir: str, cpus: list[int]
 ) -> tuple[list[str], list[str], dict]:
     """What vllm.service runs with: ``(args after `vllm serve`, notes, extra environment)``.
-    On CUDA the rig's arguments as they are; on the CPU build without what it cannot run
-    (roles/vllm/cpu.py; ``cpus``: the host's allowed CPUs)."""
-    args = serve_args(settings, model_dir)
+    On CUDA the rig's arguments as they are; on the CPU build the managed ones without what it
+    cannot run (roles/vllm/cpu.py; ``cpus``: the host's allowed CPUs). ``vllm_extra_args``
+    come last either way."""
+    extra = [str(a) for a in settings.get("vllm_extra_args") or []]
+    managed = managed_args(settings, model_dir)
     if settings.get("vllm_device") == "cpu":
-        return cpu_serve_args(args, settings, cpus)
-    return args, [], {}
+        managed, notes, env = cpu_serve_args(managed, settings, cpus)
+        if "--enforce-eager" in extra:
+            managed = [a for a in managed if a != "--enforce-eager"]
+        return [*managed, *extra], notes, env
+    return [*managed, *extra], [], {}
+
+
+def managed_check(settings: Any, args: list[str]) -> dict:
+    """What files/vllm/check_args.py --managed reads: where ``vllm_extra_args`` start in
+    ``args`` and which setting each managed flag belongs to, so vLLM's own parser catches an
+    extra flag that would set a managed value under any spelling."""
+    extra = [str(a) for a in settings.get("vllm_extra_args") or []]
+    return {"extra_start": len(args) - len(extra), "managed": MANAGED, "aliases": ALIASES}
 
 
 def service_spec(settings: Any, model_dir: str, cpus: list[int] | None = None) -> ServiceSpec:
@@ -188,17 +202,28 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
         mode = "644" if name.endswith("_offline.py") else "755"
         svc.put(f"Script {name}", src, f"{p.bin}/{name}", mode)
 
-    svc.put("vllm serve arguments (JSON)", StringIO(json.dumps(args, indent=2) + "\n"), p.args_file)
     checks = svc.layout.checks
     venv_key = (_sha256(lock), settings.vllm_python)
     offline = _sha256(SCRIPTS["vllm_offline.py"])
+    # vLLM's own parser and model config read the new line from temporary files before
+    # serve-args.json or the unit change: a bad flag leaves the running configuration alone.
+    managed = managed_check(settings, args)
     svc.check(
-        name="Check the serve arguments with vLLM's own parser",
-        command=f"{p.python} {p.bin}/check_args.py {p.args_file}",
+        name="Check the serve arguments with vLLM's own parser and the placed model",
+        command=(
+            "d=$(mktemp -d) && "
+            f"printf '%s' {shlex.quote(json.dumps(args))} > $d/argv.json && "
+            f"printf '%s' {shlex.quote(json.dumps(managed))} > $d/managed.json && "
+            f"{p.python} {p.bin}/check_args.py $d/argv.json --with-model "
+            "--managed $d/managed.json; rc=$?; rm -rf $d; exit $rc"
+        ),
         stamp=f"{checks}/vllm-args.ok",
-        key=fingerprint(args, venv_key, _sha256(SCRIPTS["check_args.py"]), offline),
+        key=fingerprint(
+            args, managed, llm.path, venv_key, _sha256(SCRIPTS["check_args.py"]), offline
+        ),
         what="vLLM argument check",
     )
+    svc.put("vllm serve arguments (JSON)", StringIO(json.dumps(args, indent=2) + "\n"), p.args_file)
     method = settings.vllm_text_only_method
     as_user = svc.as_user(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     model = shlex.quote(llm.path)

@@ -16,7 +16,13 @@ from roles.common.urls import local_probe_url
 
 
 def serve_args(data: Mapping[str, Any] | Any, model_dir: str) -> list[str]:
-    """Arguments that follow ``vllm serve`` for the checkpoint at ``model_dir``, in a stable order.
+    """Arguments that follow ``vllm serve`` for the checkpoint at ``model_dir``: the managed ones
+    (:func:`managed_args`) then ``vllm_extra_args``."""
+    return [*managed_args(data, model_dir), *(str(a) for a in data.get("vllm_extra_args") or [])]
+
+
+def managed_args(data: Mapping[str, Any] | Any, model_dir: str) -> list[str]:
+    """The arguments rigup's settings decide, in a stable order (no ``vllm_extra_args``).
 
     Shape: ``[model_dir, "--served-model-name", name, "--host", h, "--port", "8000", ...]``. Units:
     ``--max-model-len`` and ``--max-num-batched-tokens`` in tokens, ``--block-size`` in tokens per
@@ -68,7 +74,6 @@ def serve_args(data: Mapping[str, Any] | Any, model_dir: str) -> list[str]:
             "--override-generation-config",
             json.dumps(dict(generation), separators=(",", ":"), sort_keys=True),
         ]
-    args += [str(a) for a in data.get("vllm_extra_args") or []]
     return args
 
 

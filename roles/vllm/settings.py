@@ -16,6 +16,7 @@ from roles.common.checks import (
     boolean,
     choice,
     env_mapping,
+    flag_clashes,
     host_address,
     integer,
     matches,
@@ -64,8 +65,36 @@ KV_CACHE_MIN_COMPUTE_CAPABILITY = {"fp8": (8, 9), "fp8_e4m3": (8, 9)}
 #: Text-only serving methods (docs/text-only.md).
 TEXT_ONLY_METHODS = ("language_model_only", "strip_vision_config")
 
-#: `vllm serve` flags rigup sets from its own settings, so not allowed in vllm_extra_args.
-MANAGED_FLAGS = ("--port", "--host", "--tensor-parallel-size", "--served-model-name", "--model")
+#: `vllm serve` flags rigup sets from its own settings (flag -> setting), so not allowed in
+#: vllm_extra_args under any spelling (roles.common.checks.flag_clashes; the host's check runs
+#: vLLM's own parser on the whole line as well: files/vllm/check_args.py --managed).
+MANAGED: dict[str, str] = {
+    "--model": "model_llm_manifest",
+    "--served-model-name": "vllm_served_model_name",
+    "--host": "vllm_host",
+    "--port": "vllm_port",
+    "--tensor-parallel-size": "vllm_tensor_parallel_size",
+    "--kv-cache-dtype": "vllm_kv_cache_dtype",
+    "--block-size": "vllm_block_size",
+    "--max-num-batched-tokens": "vllm_max_num_batched_tokens",
+    "--max-model-len": "vllm_max_model_len",
+    "--gpu-memory-utilization": "vllm_gpu_memory_utilization",
+    "--speculative-config": "vllm_speculative_config",
+    "--language-model-only": "vllm_text_only_method",
+    "--max-num-seqs": "vllm_max_num_seqs",
+    "--enable-prefix-caching": "vllm_enable_prefix_caching",
+    "--no-enable-prefix-caching": "vllm_enable_prefix_caching",
+    "--enable-chunked-prefill": "vllm_enable_chunked_prefill",
+    "--no-enable-chunked-prefill": "vllm_enable_chunked_prefill",
+    "--long-prefill-token-threshold": "vllm_long_prefill_token_threshold",
+    "--reasoning-parser": "vllm_reasoning_parser",
+    "--enable-auto-tool-choice": "vllm_tool_call_parser",
+    "--tool-call-parser": "vllm_tool_call_parser",
+    "--override-generation-config": "vllm_override_generation_config",
+    "--api-key": "vllm_api_key_env",
+}
+#: vLLM 0.22.1's other spellings of managed flags (vllm/engine/arg_utils.py)
+ALIASES: dict[str, str] = {"-tp": "--tensor-parallel-size", "-sc": "--speculative-config"}
 
 
 def speculative_config(value: Any) -> str | None:
@@ -174,10 +203,6 @@ def consistency(values: Mapping[str, Any]) -> list[str]:
             "Qwen3.6's recurrent state from a cache hit (vllm#43559; the fix, vllm#48375, is not in "
             "this release). Keep it False, or set vllm_speculative_config = None to use it"
         )
-    clash = sorted({a.split("=", 1)[0] for a in values["vllm_extra_args"]} & set(MANAGED_FLAGS))
-    if clash:
-        problems.append(
-            f"vllm_extra_args: {', '.join(clash)} is set by its own setting "
-            "(vllm_port, vllm_host, ...); set it there instead"
-        )
+    for clash in flag_clashes(values["vllm_extra_args"], MANAGED, ALIASES):
+        problems.append(f"vllm_extra_args: {clash}; set it there instead")
     return problems

@@ -71,8 +71,14 @@ def test_service_env_is_offline_and_private(settings):
     [
         ("comfyui_extra_args", ["--highvram"], "keeps every model in VRAM"),
         ("comfyui_extra_args", ["--gpu-only"], "keeps every model in VRAM"),
-        ("comfyui_extra_args", ["--port=9000"], "set by its own setting"),
-        ("comfyui_extra_args", ["--listen", "0.0.0.0"], "set by its own setting"),
+        ("comfyui_extra_args", ["--port=9000"], "--port sets what comfyui_port sets"),
+        ("comfyui_extra_args", ["--listen", "0.0.0.0"], "--listen sets what comfyui_host sets"),
+        (
+            "comfyui_extra_args",
+            ["--list"],
+            "--list (an abbreviation of --listen) sets what comfyui_host sets",
+        ),
+        ("comfyui_extra_args", ["--highv"], "keeps every model in VRAM"),
         ("comfyui_commit", "v0.8.0", "40-character git commit"),
         ("comfyui_commit", "FC0CB10BCBEE6E73ED3CAF34C27F7BDE4559A07F", "40-character git commit"),
         ("comfyui_git_url", "http://example.org/ComfyUI.git", "https://"),

@@ -97,7 +97,7 @@ def test_host_without_gpus_keeps_seed_tensor_parallel(settings):
 def test_managed_flags_cannot_be_smuggled_in_extra_args(settings):
     settings["vllm_extra_args"] = ["--port=9000", "--enforce-eager"]
     (problem,) = validate(settings)
-    assert problem.startswith("vllm_extra_args: --port is set by its own setting")
+    assert problem.startswith("vllm_extra_args: --port sets what vllm_port sets")
 
 
 def test_model_source_outside_store(settings):
@@ -307,3 +307,31 @@ def test_comfyui_on_loopback_needs_no_opt_in(settings, address):
 def test_speech_api_key_variable_is_checked(settings):
     settings["voxcpm_api_key_env"] = "not a name"
     assert any(p.startswith("voxcpm_api_key_env: must be") for p in validate(settings))
+
+
+@pytest.mark.parametrize(
+    "extra,clash",
+    [
+        (["--hos", "0.0.0.0"], "--hos (an abbreviation of --host) sets what vllm_host sets"),
+        (["--host=0.0.0.0"], "--host sets what vllm_host sets"),
+        (
+            ["-tp", "1"],
+            "-tp (an alias of --tensor-parallel-size) sets what vllm_tensor_parallel_size",
+        ),
+        (["--max_model_len", "4096"], "--max_model_len sets what vllm_max_model_len sets"),
+        (
+            ["--speculative-config.num_speculative_tokens", "1"],
+            "--speculative-config.num_speculative_tokens sets what vllm_speculative_config sets",
+        ),
+        (["--api-key", "x"], "--api-key sets what vllm_api_key_env sets"),
+    ],
+)
+def test_every_spelling_of_a_managed_vllm_flag_is_refused(settings, extra, clash):
+    settings["vllm_extra_args"] = [*extra, "--enforce-eager"]
+    (problem,) = validate(settings)
+    assert problem.startswith(f"vllm_extra_args: {clash}"), problem
+
+
+def test_unmanaged_extra_flags_pass(settings):
+    settings["vllm_extra_args"] = ["--enforce-eager", "--max-logprobs", "5", "--hf-overrides={}"]
+    assert validate(settings) == []

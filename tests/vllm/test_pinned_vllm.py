@@ -128,14 +128,26 @@ def _strip(config: dict) -> dict:
     return strip_vision_config(config)
 
 
-def _rigup_argv(settings: dict, model: Path) -> list[str] | None:
-    try:
-        from roles.vllm.flags import serve_args
-    except ImportError:
-        return None
-    argv = serve_args(settings)
-    argv[0] = str(model)
-    return argv
+def _rigup_argv(settings: dict, model: Path) -> list[str]:
+    from roles.vllm.flags import serve_args
+
+    return serve_args(settings, str(model))
+
+
+#: extra flags (vllm_extra_args) and whether vLLM's parser, given rigup's managed flags, must
+#: refuse them (files/vllm/check_args.py --managed): every spelling of a managed flag is refused
+MANAGED_CASES = {
+    "managed_abbreviation": (["--hos", "0.0.0.0"], "--hos sets --host (host), which vllm_host"),
+    "managed_alias": (["-tp", "1"], "-tp sets --tensor-parallel-size (tensor_parallel_size)"),
+    "managed_underscore": (["--max_model_len", "4096"], "--max_model_len sets --max-model-len"),
+    "managed_equals": (["--port=9"], "--port sets --port (port), which vllm_port decides"),
+    "managed_json_key": (
+        ["--speculative-config.num_speculative_tokens", "1"],
+        "--speculative-config.num_speculative_tokens sets --speculative-config",
+    ),
+    "unmanaged_abbreviation": (["--enforce-eag"], "--enforce-eag is taken only as an abbreviation"),
+    "unmanaged_ok": (["--enforce-eager", "--max-logprobs", "5"], None),
+}
 
 
 @pytest.fixture(scope="module")
@@ -171,15 +183,27 @@ def runs(tmp_path_factory) -> dict[str, Run]:
 
     for method in ("language_model_only", "strip_vision_config"):
         settings = load_group_data() | {"vllm_text_only_method": method}
-        argv = _rigup_argv(settings, ckpt if method == "language_model_only" else stripped)
-        if argv is not None:
-            argvs[f"rigup_{method}"] = argv
+        argvs[f"rigup_{method}"] = _rigup_argv(
+            settings, ckpt if method == "language_model_only" else stripped
+        )
+    from roles.vllm.settings import ALIASES, MANAGED
+
+    rigup = argvs["rigup_language_model_only"]
+    argvs["rigup_max_model_len_over_the_model"] = _replace(rigup, "--max-model-len", "5000000")
+    managed_file = tmp / "managed.json"
+    managed_file.write_text(
+        json.dumps({"extra_start": len(rigup), "managed": MANAGED, "aliases": ALIASES})
+    )
+    for name, (extra, _) in MANAGED_CASES.items():
+        argvs[name] = [*rigup, *extra]
 
     commands: dict[str, list[str]] = {}
     for name, argv in argvs.items():
         path = tmp / f"{name}.json"
         path.write_text(json.dumps(argv))
         extra = ["--with-model"] if name.startswith(("seed_with_model", "rigup_")) else []
+        if name in MANAGED_CASES:
+            extra = ["--managed", str(managed_file)]
         commands[name] = [VLLM_PYTHON, str(scripts[CHECK_ARGS]), str(path), *extra]
     for name, model, method in (
         ("text_only_lmo", ckpt, "language_model_only"),
@@ -263,11 +287,28 @@ def test_seed_argv_against_the_constructed_checkpoint(runs):
 
 @pytest.mark.parametrize("name", ["rigup_language_model_only", "rigup_strip_vision_config"])
 def test_rigup_serve_args_pass(runs, name):
-    if name not in runs:
-        pytest.skip("roles.vllm.flags.serve_args is not available")
     r = runs[name]
     assert r.rc == 0, r.err[-2000:]
     assert r.result["ok"] is True
+
+
+def test_max_model_len_beyond_the_model_is_refused_with_the_model(runs):
+    """vllm_max_model_len = 5000000 against a checkpoint of 262144 positions: vLLM's own model
+    config refuses it before the unit changes (the deploy's check runs --with-model)."""
+    error = _failed(runs["rigup_max_model_len_over_the_model"])
+    assert "create_model_config" in error and "5000000" in error, error
+
+
+@pytest.mark.parametrize("name", sorted(MANAGED_CASES))
+def test_extra_flags_may_not_set_managed_values(runs, name):
+    fragment = MANAGED_CASES[name][1]
+    r = runs[name]
+    if fragment is None:
+        assert r.rc == 0, r.err[-2000:]
+        assert "managed flags" in r.result["checks"]
+        return
+    error = _failed(r)
+    assert error.startswith("vllm_extra_args: ") and fragment in error, error
 
 
 def test_interconnect_fallback_flag_is_accepted(runs):

@@ -10,6 +10,8 @@ a git mirror pushed in (when the controller has one). The lab boots into the med
 `rigup-mode llm` starts vLLM.
 """
 
+import os
+
 from lab.comfyui_lab import (
     LAB_COMFYUI_MIRROR,
     comfyui_mirror,
@@ -36,7 +38,9 @@ lab = [
             "ssh_strict_host_key_checking": "yes",
             "nvidia_gpu_count": 0,  # no GPU in the lab: GPU services installed, not started
             # --- vLLM 0.22.1's CPU build serves the tiny checkpoint (roles/vllm/cpu.py) ---
-            "vllm_device": "cpu",
+            # RIGUP_LAB_VLLM_DEVICE=cuda: the rig's CUDA build instead, installed and checked by
+            # vLLM's own code but not started (`python -m lab layers` on a forky machine)
+            "vllm_device": os.environ.get("RIGUP_LAB_VLLM_DEVICE", "cpu"),
             "vllm_port": lab_vllm_port(_cfg),  # labs share this machine's network
             # --- Models (lab/hub_lab.py): from the lab's Hugging Face-compatible server, as a
             # rig's come from huggingface.co or hf-mirror.com; their locks are written in the lab's

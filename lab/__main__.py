@@ -7,6 +7,7 @@ Errors the user can act on print one paragraph and exit 2, without a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -42,6 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
     p_push = sub.add_parser("push", help="copy a host file or directory into the machine")
     p_push.add_argument("src", type=Path, help="host file or directory")
     p_push.add_argument("dest", help="absolute path in the machine")
+    sub.add_parser(
+        "layers",
+        help="up, seed the model mirror, converge the base, model and vLLM layers "
+        "(deploys/base.py, deploys/vllm.py, deploys/modes.py), re-run them --dry --json (0 "
+        "changes), run their testinfra modules, then serve (the CPU build) or, with "
+        "RIGUP_LAB_VLLM_DEVICE=cuda, run tests/vllm on the rig's build; print a summary "
+        "(RIGUP_LAB_SUITE=forky: on Debian testing's python3 3.14, as on Ubuntu 26.04)",
+    )
     sub.add_parser(
         "converge",
         help="up, seed the models into the lab's Hugging Face-compatible server, run "
@@ -79,6 +88,38 @@ def converge(machine: LabMachine) -> int:
         skipped = "not run: the converge failed (its error is above)"
         steps += [StepResult(n, -1, 0.0, {"skipped": skipped}) for n in later]
     print(scenario.format_summary(steps, machine))
+    return 0 if all(s.ok for s in steps) else 1
+
+
+def layers(machine: LabMachine) -> int:
+    """The base, model and vLLM layers with their checks, on the machine's own python3 (forky:
+    3.14, as on Ubuntu 26.04). With RIGUP_LAB_VLLM_DEVICE=cuda the rig's CUDA build is installed
+    and checked by vLLM's own code (tests/vllm runs on it); otherwise the CPU build serves
+    (`rigup-mode llm`). Returns 0 when all passed; the machine keeps running."""
+    from lab import scenario, serving  # here, not above: they need numpy, tokenizers, openai
+
+    started = time.monotonic()
+    machine.up()
+    python = machine.ssh("python3 --version", check=False).stdout.strip()
+    device = os.environ.get("RIGUP_LAB_VLLM_DEVICE", "cpu")
+    steps = [StepResult("create/up", 0, time.monotonic() - started), scenario.seed_mirror(machine)]
+    steps.append(scenario.converge("inventory/lab.py", *scenario.LAYER_DEPLOYS))
+    if steps[-1].ok:
+        steps.append(scenario.idempotence("inventory/lab.py", *scenario.LAYER_DEPLOYS))
+        steps.append(scenario.verify(extra=list(scenario.LAYER_TESTS)))
+        if device == "cuda":
+            steps.append(scenario.vllm_checks())
+        else:
+            steps.append(serving.serve(machine))
+            if steps[-1].ok:
+                suites = list(scenario.LLM_MODE_SUITES)
+                steps.append(scenario.verify(extra=suites, name="verify llm"))
+        for step in steps:
+            if not step.ok and not step.skipped:
+                print(step.detail.get("output") or step.detail.get("stderr", ""), file=sys.stderr)
+    print(scenario.format_summary(steps, machine, full=False))
+    print(f"lab machine {machine.cfg.name}: Debian {machine.cfg.suite}, {python}, vLLM {device}")
+    print(f"layers total: {time.monotonic() - started:.0f} s")
     return 0 if all(s.ok for s in steps) else 1
 
 
@@ -121,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             machine.push(args.src, args.dest)
         elif args.command == "converge":
             return converge(machine)
+        elif args.command == "layers":
+            return layers(machine)
     except LabError as exc:
         print(f"lab: error: {exc}", file=sys.stderr)
         return 2

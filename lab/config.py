@@ -24,6 +24,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 SUITE = "trixie"
+#: Debian suites a lab machine can run: trixie (Debian 13, python3 3.13: the default) and forky
+#: (testing, python3 3.14 as on Ubuntu 26.04: the Python the rig's vLLM venv is built with).
+SUITES = ("trixie", "forky")
 DEFAULT_NAME = "rigup-lab"
 DEFAULT_SSH_PORT = 2222
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -75,7 +78,7 @@ class LabConfig:
         state_dir: the machine's own directory: rootfs, keys, pid file, log
             (``RIGUP_LAB_STATE_DIR``).
         cache_dir: shared cache of templates and the uv cache (``RIGUP_LAB_CACHE_DIR``).
-        suite: Debian suite of the template.
+        suite: Debian suite of the machine (``RIGUP_LAB_SUITE``: trixie, the default, or forky).
         mirror: Debian mirror for debootstrap (``RIGUP_LAB_MIRROR``).
         uv_cache: bind-mount ``<cache_dir>/uv`` at ``/var/cache/rigup/uv`` (``RIGUP_LAB_UV_CACHE``).
     """
@@ -124,6 +127,12 @@ class LabConfig:
                 f"RIGUP_LAB_UV_CACHE={uv_text!r} is not a boolean: use 1 to bind-mount the shared "
                 f"uv cache at {UV_CACHE_MOUNT} in the machine (the default) or 0 to leave it out."
             )
+        suite = env.get("RIGUP_LAB_SUITE", "") or SUITE
+        if suite not in SUITES:
+            raise LabError(
+                f"RIGUP_LAB_SUITE={suite!r} is not a suite the lab builds: use one of "
+                f"{', '.join(SUITES)} (forky: Debian testing, python3 3.14 as on Ubuntu 26.04)."
+            )
         state = env.get("RIGUP_LAB_STATE_DIR", "")
         cache = env.get("RIGUP_LAB_CACHE_DIR", "")
         return cls(
@@ -131,7 +140,7 @@ class LabConfig:
             ssh_port=port,
             state_dir=Path(state).absolute() if state else DEFAULT_STATE_ROOT / name,
             cache_dir=Path(cache).absolute() if cache else DEFAULT_CACHE_DIR,
-            suite=SUITE,
+            suite=suite,
             mirror=env.get("RIGUP_LAB_MIRROR", "") or DEFAULT_MIRROR,
             uv_cache=uv_cache,
         )

@@ -10,10 +10,20 @@ from pathlib import Path
 
 from lab.config import SSH_HOST, UV_CACHE_MOUNT, LabConfig, LabError
 
+#: Where debootstrap keeps its suite scripts; a suite newer than the host's debootstrap (forky
+#: on a Debian 12 controller) has none and is built with the one of sid (testing and unstable).
+DEBOOTSTRAP_SCRIPTS = Path("/usr/share/debootstrap/scripts")
 
-def debootstrap_argv(suite: str, target: Path, mirror: str, packages: Sequence[str]) -> list[str]:
+
+def debootstrap_argv(
+    suite: str,
+    target: Path,
+    mirror: str,
+    packages: Sequence[str],
+    scripts: Path = DEBOOTSTRAP_SCRIPTS,
+) -> list[str]:
     """The debootstrap command line that builds a minimal template rootfs in ``target``."""
-    return [
+    argv = [
         "debootstrap",
         "--variant=minbase",
         f"--include={','.join(packages)}",
@@ -21,6 +31,9 @@ def debootstrap_argv(suite: str, target: Path, mirror: str, packages: Sequence[s
         str(target),
         mirror,
     ]
+    if not (scripts / suite).exists() and (scripts / "sid").exists():
+        argv.append(str(scripts / "sid"))
+    return argv
 
 
 def nspawn_argv(cfg: LabConfig) -> list[str]:

@@ -46,12 +46,33 @@ def seed_mirror(machine: LabMachine) -> StepResult:
     return StepResult("seed mirror", 0, time.monotonic() - started, {"bytes": size})
 
 
-def converge(inventory: str = "inventory/lab.py", deploy: str = "deploys/full.py") -> StepResult:
-    """Run the deploy for real (``pyinfra -y``), output streamed to the terminal."""
+#: What pyinfra 3.10 prints when it exits 0 on SIGINT. rigup's config.py makes an interrupted run
+#: exit 130; a run that prints this line anyway (config.py not read) is still an interrupted run.
+PYINFRA_INTERRUPTED = "Exiting upon user request!"
+
+
+def converge(
+    inventory: str = "inventory/lab.py", deploy: str = "deploys/full.py", *extra: str
+) -> StepResult:
+    """Run the deploy for real (``pyinfra -y``), output streamed to the terminal. An interrupted
+    run is a failure (rc 130) whatever pyinfra's exit status."""
     started = time.monotonic()
-    rc = subprocess.run(
-        [str(BIN / "pyinfra"), "-y", inventory, deploy], cwd=REPO, env=_env()
-    ).returncode
+    proc = subprocess.Popen(
+        [str(BIN / "pyinfra"), "-y", inventory, deploy, *extra],
+        cwd=REPO,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    interrupted = False
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        interrupted = interrupted or PYINFRA_INTERRUPTED in line
+    rc = proc.wait()
+    if interrupted and rc == 0:
+        rc = 130
     return StepResult("converge", rc, time.monotonic() - started)
 
 
@@ -64,11 +85,12 @@ def plan_changes(parsed: dict) -> tuple[list[str], list[str]]:
     return changed, conditional
 
 
-def idempotence(inventory: str = "inventory/lab.py", deploy: str = "deploys/full.py") -> StepResult:
-    """A second run in ``--dry --json`` mode; rc 0 only when it plans no change."""
+def idempotence(inventory: str = "inventory/lab.py", *deploys: str) -> StepResult:
+    """A second run of ``deploys`` (default deploys/full.py) in ``--dry --json`` mode; rc 0 only
+    when it plans no change."""
     started = time.monotonic()
     proc = subprocess.run(
-        [str(BIN / "pyinfra"), inventory, deploy, "--dry", "--json"],
+        [str(BIN / "pyinfra"), inventory, *(deploys or ("deploys/full.py",)), "--dry", "--json"],
         cwd=REPO,
         env=_env(),
         capture_output=True,
@@ -130,6 +152,41 @@ def verify(
     )
 
 
+#: The layers `python -m lab layers` converges: the base, the model store and LLM checkpoint,
+#: vLLM (deploys/vllm.py places the checkpoint it serves) and the modes that start it, with
+#: their testinfra modules.
+LAYER_DEPLOYS = ("deploys/base.py", "deploys/vllm.py", "deploys/modes.py")
+LAYER_TESTS = (
+    "tests/infra/test_base.py",
+    "tests/infra/test_model.py",
+    "tests/infra/test_vllm.py",
+    "tests/infra/test_hardening.py",
+)
+
+
+def vllm_checks() -> StepResult:
+    """tests/vllm against the lab's own vLLM venv (RIGUP_VLLM_ON_LAB=1): vLLM's parser, config
+    code and registry on rigup's argv and the constructed checkpoint."""
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(BIN / "pytest"), "tests/vllm", "-q", "-p", "no:cacheprovider", "-rs"],
+        cwd=REPO,
+        env={**_env(), "RIGUP_VLLM_ON_LAB": "1"},
+        capture_output=True,
+        text=True,
+    )
+    lines = proc.stdout.strip().splitlines()
+    return StepResult(
+        "vllm checks",
+        proc.returncode,
+        time.monotonic() - started,
+        {
+            "summary": lines[-1] if lines else "",
+            "output": proc.stdout[-20000:] + proc.stderr[-2000:],
+        },
+    )
+
+
 def format_transfer(report: dict) -> str:
     """One summary line from a model transfer report (files/model/model_fetch.py's JSON)."""
     where = report["dest"].rstrip("/").split("/")
@@ -158,8 +215,9 @@ def model_transfer_lines(machine: LabMachine) -> list[str]:
     return lines
 
 
-def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
-    """The closing summary of ``python -m lab converge``: what was converged and verified."""
+def format_summary(steps: list[StepResult], machine: LabMachine, full: bool = True) -> str:
+    """The closing summary of ``python -m lab converge``: what was converged and verified
+    (``full``: deploys/full.py, with what the lab leaves out said)."""
     out = ["", "== rigup lab summary =="]
     for s in steps:
         if s.skipped:
@@ -176,6 +234,8 @@ def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
                 line += "\n       would change: " + "; ".join(s.detail["changes"])
         if s.name.startswith("verify"):
             line += f"  testinfra: {s.detail.get('summary', '')}"
+        if s.name == "vllm checks":
+            line += f"  tests/vllm: {s.detail.get('summary', '')}"
         if s.name == "serve" and "health_s" in s.detail:
             line += (
                 f"  rigup-mode llm: /health after {s.detail['health_s']:.0f} s, first token "
@@ -219,7 +279,7 @@ def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
             f"checkpoint answered a chat completion ({answer!r}); the rig's CUDA-only flags it "
             "leaves out are listed in the converge output"
         )
-    if all(s.ok for s in steps):
+    if full and all(s.ok for s in steps):
         out.append(
             "test double: voxcpm.service runs rigup's speech server with a tone in place of "
             "VoxCPM2 (no weights, no GPU here; voxcpm_test_double_synthesizer)"

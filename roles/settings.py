@@ -22,6 +22,7 @@ from pyinfra import host
 from roles.base import settings as base_settings
 from roles.comfyui import settings as comfyui_settings
 from roles.common.checks import Check, SettingsError, contains
+from roles.common.converge import hold_converge_lock
 from roles.model import settings as model_settings
 from roles.model.manifest import ManifestError, load_manifest
 from roles.modes import settings as modes_settings
@@ -188,7 +189,10 @@ def require_valid_settings(data: Any, host_name: str = "") -> None:
 
 
 def host_settings() -> Any:
-    """The current host's settings (its ``host.data``), checked: call once at the top of a deploy
-    file and pass the result to each role. Raises :class:`SettingsError` before any change."""
+    """The current host's settings (its ``host.data``), checked, with this run holding the host's
+    converge lock (:func:`roles.common.converge.hold_converge_lock`): call once at the top of a
+    deploy file and pass the result to each role. Raises :class:`SettingsError` for bad settings
+    and ``DeployError`` while another converge runs on the host, both before any change."""
     require_valid_settings(host.data, host.name)
+    hold_converge_lock()
     return host.data

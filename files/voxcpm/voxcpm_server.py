@@ -308,6 +308,30 @@ def check_model_dir(model_dir: str) -> str | None:
     return None
 
 
+#: The variable the API key is read from: rigup stores it 0600 on the host (voxcpm_api_key_env)
+#: and systemd hands it over (EnvironmentFile=). Unset or empty: no key is asked for.
+API_KEY_ENV = "VOXCPM_API_KEY"
+
+
+def require_api_key(app: FastAPI, key: str | None) -> None:
+    """With ``key``, answer every ``/v1/*`` request without ``Authorization: Bearer <key>`` with
+    401 in OpenAI's error shape (OpenAI's SDK sends the header; vLLM's --api-key works alike).
+    /health and /ready stay open for systemd's readiness check. Without ``key``, nothing."""
+    if not key:
+        return
+    import hmac
+
+    expected = f"Bearer {key}".encode()
+
+    @app.middleware("http")
+    async def _api_key(request: Request, call_next):
+        given = request.headers.get("authorization", "").encode()
+        if request.url.path.startswith("/v1/") and not hmac.compare_digest(given, expected):
+            why = "missing or wrong API key (send Authorization: Bearer <key>)"
+            return JSONResponse(error_body(401, why, code="invalid_api_key"), 401)
+        return await call_next(request)
+
+
 @dataclass
 class ServiceState:
     """Readiness of the synthesizer: ``loading`` -> ``ready`` or ``failed``."""
@@ -626,6 +650,7 @@ def main(argv: list[str]) -> int:
         if voice != DEFAULT_VOICE and not recording.is_file():
             log.warning("voice %r is mapped to %r, but %s does not exist", name, voice, recording)
     app = create_app(settings, synthesizer)
+    require_api_key(app, os.environ.get(API_KEY_ENV))
     server = uvicorn.Server(
         uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=True)
     )

@@ -201,6 +201,11 @@ voxcpm_python_downloads_json = ""
 voxcpm_version = "2.0.3"  # files/voxcpm/requirements.lock pins it and every dependency
 voxcpm_user = "voxcpm"  # non-root service user
 voxcpm_host = "127.0.0.1"  # loopback by default: put a reverse proxy or SSH tunnel in front
+# API key of the speech server: the controller's environment variable that holds it (as
+# vllm_api_key_env); stored 0600 on the host, handed to the server through the environment, never
+# in argv, unit or output. Required when voxcpm_host is not loopback. The server then answers
+# /v1/* only with "Authorization: Bearer <key>" (OpenAI's SDK sends it); /health, /ready stay open.
+voxcpm_api_key_env = "VOXCPM_API_KEY"
 voxcpm_port = 8100  # rigup's choice (vLLM has 8000, ComfyUI 8188)
 voxcpm_served_model_name = "voxcpm2"  # the "model" clients send to /v1/audio/speech
 # OpenAI's voice names (alloy, ash, ballad, coral, echo, fable, onyx, nova, sage, shimmer, verse,
@@ -248,6 +253,10 @@ comfyui_lock_dir = ""  # "" = files/comfyui/releases; where release locks are, o
 comfyui_user = "comfyui"  # non-root service user; owns comfyui_base_dir
 comfyui_python = "python3"  # interpreter for the venv; ComfyUI v0.8.0: requires-python >=3.10
 comfyui_host = "127.0.0.1"  # loopback by default (--listen); ComfyUI has no authentication
+# ComfyUI has no authentication: whoever reaches its port runs workflows, reads every output and
+# input, and with ComfyUI-Manager installs code. A comfyui_host that is not loopback is refused
+# unless this is True (a deliberate choice: a trusted LAN, or a firewall in front).
+comfyui_allow_network_without_auth = False
 comfyui_port = 8188  # ComfyUI's default --port
 # --base-directory: models/, custom_nodes/, input/, output/, user/ (user files live here)
 comfyui_base_dir = "/srv/rigup/comfyui"

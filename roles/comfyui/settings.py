@@ -21,8 +21,10 @@ from roles.common.checks import (
     number,
     owned_dir,
     python_interpreter,
+    service_port,
     str_list,
 )
+from roles.common.urls import is_loopback
 from roles.model.settings import manifest_list
 
 #: ComfyUI flags rigup sets from its own settings (roles/comfyui/flags.py; flag -> setting), so
@@ -62,7 +64,8 @@ RULES: dict[str, Check] = {
     "comfyui_user": matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
     "comfyui_python": python_interpreter,
     "comfyui_host": host_address,
-    "comfyui_port": integer(1, 65535),
+    "comfyui_allow_network_without_auth": boolean,
+    "comfyui_port": service_port,
     "comfyui_base_dir": owned_dir,
     "comfyui_cpu": boolean,
     "comfyui_gpu_index": integer(0, 15),
@@ -77,13 +80,22 @@ OPTIONAL: tuple[str, ...] = ()
 
 
 def consistency(values: Mapping[str, Any]) -> list[str]:
-    """comfyui_extra_args may not set managed flags nor the VRAM-pinning ones; the release's
-    lock, when there is one, must be usable."""
+    """comfyui_host beyond loopback only with comfyui_allow_network_without_auth (ComfyUI has no
+    authentication); comfyui_extra_args may not set managed flags nor the VRAM-pinning ones; the
+    release's lock, when there is one, must be usable."""
     problems = []
     try:
         load_release(values["comfyui_release"], values["comfyui_lock_dir"])
     except ReleaseError as exc:
         problems.append(f"comfyui_release: {' '.join(str(exc).split())}")
+    host = values["comfyui_host"]
+    if not is_loopback(host) and not values["comfyui_allow_network_without_auth"]:
+        problems.append(
+            f"comfyui_host: {host} is not loopback, and ComfyUI has no authentication: whoever "
+            "reaches the port runs workflows and reads every input and output. Bind it to "
+            "127.0.0.1 (reach it through an SSH tunnel or a reverse proxy with authentication), "
+            "or set comfyui_allow_network_without_auth = True to expose it anyway"
+        )
     flags = {a.split("=", 1)[0] for a in values["comfyui_extra_args"]}
     for clash in flag_clashes(values["comfyui_extra_args"], MANAGED, {}):
         problems.append(f"comfyui_extra_args: {clash}; set it there instead")

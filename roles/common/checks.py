@@ -40,6 +40,22 @@ def integer(lo: int, hi: int) -> Check:
     return check
 
 
+def service_port(value: Any) -> str | None:
+    """A TCP port a rigup service can listen on: 1024-65535. The services run as their own
+    users with no capabilities (CapabilityBoundingSet= empty), and binding a port below 1024
+    needs CAP_NET_BIND_SERVICE."""
+    problem = integer(1, 65535)(value)
+    if problem:
+        return problem
+    if value < 1024:
+        return (
+            f"{value} is below 1024: the service runs unprivileged, without "
+            "CAP_NET_BIND_SERVICE, and could not bind it; use a port from 1024 to 65535 (a "
+            "reverse proxy can serve it on a low port)"
+        )
+    return None
+
+
 def number(lo: float, hi: float, *, lo_open: bool = False) -> Check:
     """An int or float (not a bool) in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
 

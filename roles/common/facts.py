@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from typing import Any
 
 from pyinfra.api import FactBase
+
+#: Seconds uv waits for a lock (its cache, a venv, a Python install directory) held by another
+#: process before it gives up: a cache lock fails the run with uv's "Could not acquire lock ...
+#: Timeout (300s) when waiting for lock on `<path>`" (measured in the lab; a venv lock uv only
+#: warns about). Only root can hold them: rigup keeps the lock files 0600 and the cache 0700.
+UV_LOCK_TIMEOUT_S = 300
 
 
 def uv_env(cache_dir: str, tmp_dir: str, sources: str = "") -> str:
     """Environment prefix for every uv command rigup runs: its wheel cache, temp files off the
     tmpfs /tmp, the system's CA store (UV_SYSTEM_CERTS: uv otherwise trusts only its bundled
     roots, which fails behind a TLS-inspecting proxy; measured in the lab), no Python downloads,
-    and where packages come from (``sources``: :meth:`roles.common.uv.PackageSources.uv_env`)."""
+    a bounded wait for uv's locks (:data:`UV_LOCK_TIMEOUT_S`), and where packages come from
+    (``sources``: :meth:`roles.common.uv.PackageSources.uv_env`)."""
     env = (
         f"UV_CACHE_DIR={shlex.quote(cache_dir)} TMPDIR={shlex.quote(tmp_dir)} "
-        "UV_SYSTEM_CERTS=1 UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1"
+        "UV_SYSTEM_CERTS=1 UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1 "
+        f"UV_LOCK_TIMEOUT={UV_LOCK_TIMEOUT_S}"
     )
     return f"{env} {sources}" if sources else env
 
@@ -153,6 +162,48 @@ def unit_is_up(state: dict[str, str]) -> bool:
     ``activating`` (starting, or waiting to be restarted after a crash: ``auto-restart``),
     ``failed`` or ``inactive`` is down."""
     return state.get("active") == "active" and state.get("sub") == "running"
+
+
+class ListeningSockets(FactBase):
+    """TCP sockets listening on the host, with the processes holding them and their units:
+    ``[{"address": "127.0.0.1", "port": 2222, "processes": [{"name": "sshd", "pid": 512,
+    "unit": "ssh.service"}]}]`` from ``ss -Hltnp`` and each process's ``/proc/<pid>/cgroup``.
+    ``processes`` is empty for a socket of a process this host cannot see (another container
+    sharing its network). None when ``ss`` (iproute2) is not installed."""
+
+    def command(self) -> str:
+        return (
+            "if ! command -v ss >/dev/null 2>&1; then echo @no-ss; exit 0; fi; "
+            "ss -Hltnp; echo @cgroups; "
+            "for pid in $(ss -Hltnp | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do "
+            'echo "$pid $(tail -n1 /proc/$pid/cgroup 2>/dev/null)"; done'
+        )
+
+    def process(self, output: list[str]) -> list[dict] | None:
+        if "@no-ss" in output:
+            return None
+        split = output.index("@cgroups") if "@cgroups" in output else len(output)
+        units: dict[int, str] = {}
+        for line in output[split + 1 :]:
+            pid, _, cgroup = line.strip().partition(" ")
+            leaf = cgroup.rsplit("/", 1)[-1]
+            if pid.isdigit() and leaf.endswith((".service", ".scope")):
+                units[int(pid)] = leaf
+        sockets = []
+        for line in output[:split]:
+            words = line.split()
+            if len(words) < 4 or ":" not in words[3]:
+                continue
+            address, _, port = words[3].rpartition(":")
+            if not port.isdigit():
+                continue
+            address = address.strip("[]").split("%", 1)[0]
+            processes = [
+                {"name": name, "pid": int(pid), "unit": units.get(int(pid), "")}
+                for name, pid in re.findall(r'\("([^"]*)",pid=(\d+)', line)
+            ]
+            sockets.append({"address": address, "port": int(port), "processes": processes})
+        return sockets
 
 
 class AllowedCpus(FactBase):

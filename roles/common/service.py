@@ -22,14 +22,16 @@ from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.api import operation
+from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
+from pyinfra.facts.files import File
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from roles.common.facts import UnitState
-from roles.common.operations import check_passes
+from roles.common.facts import ListeningSockets, UnitState
+from roles.common.operations import check_passes, secret_file
 from roles.common.paths import Layout, ServicePaths
-from roles.common.urls import local_probe_url
+from roles.common.urls import is_loopback, local_probe_url, port_holders
 from roles.common.venv import LockedVenv, locked_venv
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "common"
@@ -55,16 +57,22 @@ def exec_line(words: list[str]) -> str:
     return " ".join(systemd_quote(w) for w in words)
 
 
-def is_loopback(address: str) -> bool:
-    """True for an address only this host reaches (127.0.0.0/8, ::1, localhost)."""
-    import ipaddress
+def api_key_or_refuse(
+    component: str, host_key: str, bind: str, key_env: str, key: str | None, key_file: str
+) -> str | None:
+    """The service's API key from the controller (``key``, read from ``$key_env``), or None.
 
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:  # a host name: may resolve anywhere
-        return False
+    Raises ``DeployError`` (before any change) when the service binds beyond loopback
+    (``bind``, the setting ``host_key``) and has no key: neither ``key`` nor one stored on the
+    host at ``key_file`` by an earlier run. Reads a fact: call inside a deploy.
+    """
+    if is_loopback(bind) or key or host.get_fact(File, path=key_file):
+        return key or None
+    raise DeployError(
+        f"{host_key} is {bind}, not loopback, and {component} has no API key: anyone who reaches "
+        f"the port could use it. Set ${key_env} on the controller (it is stored 0600 on the "
+        f"host, never printed) or bind {host_key} to 127.0.0.1 (nothing was changed)"
+    )
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,9 @@ class ServiceSpec:
     + read_write_paths: more writable directories; working_directory: default ``home``
     + requires (with requires_comment): more units it needs and orders after
     + optional_env_files: ``(comment, path)`` of environment files that may be absent
+    + stop_timeout_s, restart_sec: TimeoutStopSec=, RestartSec= (the unit has Restart=always)
+    + restart_prevent_exit_status (with restart_prevent_comment): exit statuses that mean a
+      restart cannot help (a wrong model directory): the unit fails instead of looping
     """
 
     unit: str
@@ -109,6 +120,8 @@ class ServiceSpec:
     optional_env_files: tuple[tuple[str, str], ...] = ()
     stop_timeout_s: int = 60
     restart_sec: int = 10
+    restart_prevent_exit_status: tuple[int, ...] = ()
+    restart_prevent_comment: str = ""
 
     @classmethod
     def of(cls, settings: Any, paths: ServicePaths, **differs: Any) -> ServiceSpec:
@@ -218,6 +231,23 @@ class GpuService:
         self.track(built.lock, built.venv, software=True)
         return built
 
+    def api_key(self, key: str | None, key_env: str, secrets_dir: str, key_file: str, var: str):
+        """The root-only ``secrets_dir`` (0700) and ``key_file`` (root, 0600) holding
+        ``var=<key>`` for the unit's ``EnvironmentFile=-`` (systemd reads it as root; the key
+        never appears in argv, the unit or pyinfra's output, ``--diff`` included); tracked.
+        ``key`` None (``$key_env`` unset on the controller) leaves the file as it is."""
+        files.directory(
+            name=f"Directory {secrets_dir}", path=secrets_dir, user="root", group="root", mode="700"
+        )
+        self.track(
+            secret_file(
+                name=f"{self.spec.component} API key from ${key_env} (0600)",
+                path=key_file,
+                secret=f"{var}={key}\n" if key else None,
+                what=f"{self.spec.component} API key (${key_env})",
+            )
+        )
+
     def put(self, name: str, src: Path | StringIO, dest: str, mode: str = "644"):
         """A root-owned file the service runs or reads (a script, its argv JSON), tracked."""
         op = files.put(
@@ -262,6 +292,8 @@ class GpuService:
         """
         s = self.spec
         target = s.target
+        if blocker is None:
+            require_port_free(s)
         env_file = files.template(
             name=f"{s.component} environment file",
             src=str(FILES / "service.env.j2"),
@@ -294,6 +326,24 @@ class GpuService:
             s, target, blocker, any_changed(*self.changes), unit, rigup_start(self.settings), hint
         )
         return unit
+
+
+def require_port_free(spec: ServiceSpec) -> None:
+    """Raise ``DeployError`` (before any change) when another process listens where ``spec``'s
+    server would (``spec.bind``:``spec.port``): the server could not start. Its own unit's
+    processes do not count. Reads a fact: call inside a deploy."""
+    sockets = host.get_fact(ListeningSockets)
+    if sockets is None:
+        logger.warning(f"[{host.name}] no ss (iproute2) on the host: {spec.port} not checked")
+        return
+    holders = port_holders(sockets, spec.bind, spec.port, spec.unit)
+    if holders:
+        name = spec.unit.removesuffix(".service")
+        raise DeployError(
+            f"{name}_port: {spec.port} is already taken on {host.name} by "
+            f"{'; '.join(holders)}, so {spec.unit} could not listen on {spec.bind}:{spec.port}. "
+            f"Choose another {name}_port or stop what holds it (nothing was changed)"
+        )
 
 
 def service_tools(settings: Any) -> None:

@@ -65,4 +65,19 @@ def locked_venv(
         mislabelled=mislabelled,
         sources=PackageSources.from_data(settings).uv_env(),
     )
+    uv_lock_private(venv)
     return LockedVenv(lock=lock_op, venv=venv_op, path=venv)
+
+
+def uv_lock_private(directory: str) -> None:
+    """``<directory>/.lock``, the file uv flocks while it changes a venv or a Python install
+    directory, root-only (0600). uv creates it world-writable (0666), and flock needs only a
+    file one can open: with 0666 or 0644 any local user could hold it and stall every uv run
+    of a converge. Created if absent (uv takes the file as it finds it)."""
+    files.file(
+        name=f"uv's lock file {directory}/.lock root-only (0600)",
+        path=f"{directory}/.lock",
+        user="root",
+        group="root",
+        mode="600",
+    )

@@ -21,13 +21,11 @@ from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.api.exceptions import DeployError
-from pyinfra.facts.files import File
 from pyinfra.operations import apt, files
 
 from roles.common.facts import AllowedCpus, VenvDistributions
-from roles.common.operations import fingerprint, secret_file
-from roles.common.service import GpuService, ServiceSpec, exec_line, is_loopback
+from roles.common.operations import fingerprint
+from roles.common.service import GpuService, ServiceSpec, api_key_or_refuse, exec_line
 from roles.model import PLACEMENT_RECORD, PlacedModel
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import service_mode
@@ -165,27 +163,13 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     for note in notes:
         logger.info(f"[{host.name}] vLLM on the CPU: {note}")
     key_env = settings.vllm_api_key_env
-    key = os.environ.get(key_env) or None
-    if not (is_loopback(settings.vllm_host) or key or host.get_fact(File, path=p.api_key_file)):
-        raise DeployError(
-            f"vllm_host is {settings.vllm_host}, not loopback, and vLLM has no API key: set "
-            f"${key_env} on the controller (it is stored 0600 on the host, never printed) or "
-            "bind vllm_host to 127.0.0.1 (nothing was changed)"
-        )
+    key = api_key_or_refuse(
+        "vLLM", "vllm_host", settings.vllm_host, key_env, os.environ.get(key_env), p.api_key_file
+    )
     svc = GpuService(settings, service_spec(settings, llm.path, cpus))
     svc.account("rigup vLLM service")
     svc.directories(root_owned=(p.root, p.bin, p.etc))
-    files.directory(
-        name=f"Directory {p.secrets_dir}", path=p.secrets_dir, user="root", group="root", mode="700"
-    )
-    svc.track(
-        secret_file(
-            name=f"vLLM API key from ${key_env} (0600)",
-            path=p.api_key_file,
-            secret=f"VLLM_API_KEY={key}\n" if key else None,
-            what=f"vLLM API key (${key_env})",
-        )
-    )
+    svc.api_key(key, key_env, p.secrets_dir, p.api_key_file, "VLLM_API_KEY")
     if device == "cpu":
         # vLLM's CPU kernels (vllm/_C_AVX512.abi3.so, _C.abi3.so) link libnuma: without it vLLM
         # falls back to a kernel library without the CPU worker's ops and fails to start

@@ -22,6 +22,7 @@ from roles.common.checks import (
     matches,
     number,
     python_interpreter,
+    service_port,
     str_list,
 )
 from roles.common.locks import version_check
@@ -145,7 +146,7 @@ RULES: dict[str, Check] = {
     "vllm_user": matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
     "vllm_python": python_interpreter,
     "vllm_host": host_address,
-    "vllm_port": integer(1, 65535),
+    "vllm_port": service_port,
     "vllm_served_model_name": matches(SAFE_NAME, "a name of letters, digits, '.', '_' and '-'"),
     "vllm_tensor_parallel_size": integer(1, 16),
     "vllm_kv_cache_dtype": choice(KV_CACHE_DTYPES),

@@ -7,12 +7,14 @@ Settings: every ``voxcpm_*`` key (rules in roles/voxcpm/settings.py). What it co
   docs/voxcpm.md);
 - the venv from files/voxcpm/requirements.lock (voxcpm==2.0.3 and every dependency, hashed);
 - the VoxCPM2 checkpoint placed from its manifest (files/model/manifests/voxcpm2.toml);
-- rigup's HTTP server (files/voxcpm/voxcpm_server.py), its env file (0640) and
+- rigup's HTTP server (files/voxcpm/voxcpm_server.py), its env file (0640), its API key (0600,
+  from ``$voxcpm_api_key_env`` on the controller; required beyond loopback) and
   ``voxcpm.service`` (hardened, loopback by default, part of the media mode).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,8 @@ from pyinfra.facts.server import Arch
 from pyinfra.operations import files
 
 from roles.common.paths import Layout
-from roles.common.service import GpuService, ServiceSpec
+from roles.common.service import GpuService, ServiceSpec, api_key_or_refuse
+from roles.common.venv import uv_lock_private
 from roles.model import ModelStore
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import service_mode
@@ -32,6 +35,8 @@ from roles.voxcpm.python import PythonVersion, managed_python_installed
 from roles.voxcpm.service import exec_start, server_args, service_env, start_decision
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "voxcpm"
+#: The variable the speech server reads its API key from (files/voxcpm/voxcpm_server.py).
+API_KEY_VARIABLE = "VOXCPM_API_KEY"
 
 
 def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
@@ -52,8 +57,19 @@ def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
         exec_start=exec_start(p, server_args(settings, p, model_dir)),
         ready_path="/ready",
         ready_pid_key="pid",
+        optional_env_files=(
+            (
+                "# VOXCPM_API_KEY (voxcpm_api_key_env): root-only, read by systemd, never in argv",
+                p.api_key_file,
+            ),
+        ),
         stop_timeout_s=30,
         restart_sec=10,
+        restart_prevent_exit_status=(2,),
+        restart_prevent_comment=(
+            "Exit 2: the model directory is not a VoxCPM2 checkpoint (voxcpm_server.py); a "
+            "converge fixes that, a restart cannot"
+        ),
     )
 
 
@@ -73,6 +89,15 @@ def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> No
         return
     layout = Layout.from_data(settings)
     p = VoxcpmPaths.from_data(settings)
+    key_env = settings.voxcpm_api_key_env
+    key = api_key_or_refuse(
+        "VoxCPM2",
+        "voxcpm_host",
+        settings.voxcpm_host,
+        key_env,
+        os.environ.get(key_env),
+        p.api_key_file,
+    )
     version = settings.voxcpm_python_version
     placed = store.place(settings.voxcpm_model_manifest)
     svc = GpuService(settings, service_spec(settings, placed.path))
@@ -82,6 +107,7 @@ def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> No
         root_owned=(p.python_install_dir, p.root, p.bin, p.etc),
         owned=((f"{p.home}/cache", "700"),),
     )
+    svc.api_key(key, key_env, p.secrets_dir, p.api_key_file, API_KEY_VARIABLE)
     # reference recordings <voice>.wav: the user's, never removed; readable by the service
     files.directory(
         name=f"Directory {p.voices}",
@@ -105,6 +131,7 @@ def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> No
         downloads_json=settings.voxcpm_python_downloads_json,
     )
     svc.track(python, software=True)
+    uv_lock_private(p.python_install_dir)
     venv_version = host.get_fact(PythonVersion, path=p.python)
     if venv_version is not None and venv_version != version:
         files.directory(

@@ -22,11 +22,14 @@ def interpreter_dir_name(version: str, arch: str) -> str:
 class VoxcpmPaths(ServicePaths):
     """:class:`ServicePaths` of ``voxcpm`` plus uv's managed CPython builds
     (``python_install_dir``, UV_PYTHON_INSTALL_DIR), the ``server`` script and the ``voices``
-    directory (reference recordings ``<voice>.wav``)."""
+    directory (reference recordings ``<voice>.wav``), and the API key's environment file
+    ``api_key_file`` in the root-only ``secrets_dir`` (as vLLM's)."""
 
     python_install_dir: str
     server: str
     voices: str
+    secrets_dir: str
+    api_key_file: str
 
     @classmethod
     def from_data(cls, data: Any) -> VoxcpmPaths:
@@ -36,6 +39,8 @@ class VoxcpmPaths(ServicePaths):
             python_install_dir=f"{Layout.from_data(data).prefix}/python",
             server=f"{fields['bin']}/voxcpm_server.py",
             voices=f"{fields['home']}/voices",
+            secrets_dir=f"{fields['etc']}/secrets",
+            api_key_file=f"{fields['etc']}/secrets/api-key.env",
         )
 
     def interpreter(self, version: str, arch: str) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from roles.common.checks import (
+    ENV_NAME,
     SAFE_NAME,
     UNIX_NAME,
     Check,
@@ -18,6 +19,7 @@ from roles.common.checks import (
     location_or_empty,
     matches,
     number,
+    service_port,
 )
 from roles.common.locks import version_check
 from roles.model.settings import manifest_ref
@@ -77,7 +79,8 @@ RULES: dict[str, Check] = {
     "voxcpm_version": version_check(LOCK, "voxcpm", "voxcpm_version"),
     "voxcpm_user": matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
     "voxcpm_host": host_address,
-    "voxcpm_port": integer(1, 65535),
+    "voxcpm_api_key_env": matches(ENV_NAME, "an environment variable name such as VOXCPM_API_KEY"),
+    "voxcpm_port": service_port,
     "voxcpm_served_model_name": matches(SAFE_NAME, "a name of letters, digits, '.', '_' and '-'"),
     "voxcpm_voice_aliases": voice_aliases,
     "voxcpm_model_manifest": manifest_ref,

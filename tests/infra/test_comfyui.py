@@ -160,7 +160,7 @@ def test_unit_is_hardened(host, d):
         "ProtectHome": "yes",
         "PrivateTmp": "yes",
         "RestrictSUIDSGID": "yes",
-        "Restart": "on-failure",
+        "Restart": "always",
     }
     got = _props(host, UNIT, *want, "ReadWritePaths")
     weaker = {k: got.get(k) for k, v in want.items() if got.get(k) != v}

@@ -142,7 +142,7 @@ def test_unit_is_hardened(host):
         "ProtectHome": "yes",
         "PrivateTmp": "yes",
         "RestrictSUIDSGID": "yes",
-        "Restart": "on-failure",
+        "Restart": "always",
     }
     check_unit_properties(host, UNIT, want, "deploys/vllm.py")
 

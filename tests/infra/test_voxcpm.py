@@ -54,10 +54,17 @@ def model_dir(data) -> str:
     return placed_path(data, data.get("voxcpm_model_manifest"))
 
 
-def _curl(host, url: str, *args: str):
+#: Shell words that send the speech API's key when the host has one (voxcpm_api_key_env): read
+#: on the host by the same command, so the key never reaches the test's output.
+AUTH = """auth=$(sed -n 's/^VOXCPM_API_KEY=//p' {file} 2>/dev/null); """
+AUTH_HEADER = """${auth:+-H "Authorization: Bearer $auth"}"""
+
+
+def _curl(host, data, url: str, *args: str):
     """(HTTP status, body) of a request made on the host itself."""
     out = host.run(
-        "curl -sS --max-time 30 -o /tmp/rigup-voxcpm-body -w '%{http_code}' "
+        AUTH.format(file=VoxcpmPaths.from_data(data).api_key_file)
+        + f"curl -sS --max-time 30 {AUTH_HEADER} -o /tmp/rigup-voxcpm-body -w '%{{http_code}}' "
         + " ".join(shlex.quote(a) for a in args)
         + f" {shlex.quote(url)}; echo; cat /tmp/rigup-voxcpm-body; rm -f /tmp/rigup-voxcpm-body"
     )
@@ -68,7 +75,9 @@ def _curl(host, url: str, *args: str):
 def _speech(host, data, body: dict, out: str = "/tmp/rigup-voxcpm.wav"):
     url = probe_url(data, "/v1/audio/speech")
     res = host.run(
-        f"curl -sS --max-time 120 -o {out} -D - -H 'Content-Type: application/json' "
+        AUTH.format(file=VoxcpmPaths.from_data(data).api_key_file)
+        + f"curl -sS --max-time 120 {AUTH_HEADER} -o {out} -D - "
+        "-H 'Content-Type: application/json' "
         f"--data {shlex.quote(json.dumps(body))} {shlex.quote(url)}"
     )
     return res
@@ -154,7 +163,8 @@ def test_unit_runs_the_rendered_command(host, data, vp, model_dir):
     assert ("--synthesizer test-double" in exec_start) == bool(
         data.get("voxcpm_test_double_synthesizer")
     ), f"{UNIT}'s synthesizer differs from voxcpm_test_double_synthesizer: {exec_start}"
-    assert vp.env_file in props.get("EnvironmentFiles", ""), f"{UNIT} does not read {vp.env_file}"
+    env_files = [x for x in show.stdout.splitlines() if x.startswith("EnvironmentFiles=")]
+    assert any(vp.env_file in x for x in env_files), f"{UNIT} does not read {vp.env_file}"
     assert MEDIA_TARGET in props.get("PartOf", ""), f"{UNIT} is not PartOf={MEDIA_TARGET}"
 
 
@@ -179,7 +189,7 @@ def test_unit_is_hardened(host, data):
         "ProtectProc": "invisible",
         "CapabilityBoundingSet": "",
         "RestrictSUIDSGID": "yes",
-        "Restart": "on-failure",
+        "Restart": "always",
     }
     check_unit_properties(host, UNIT, want, "deploys/voxcpm.py")
     if is_loopback(data.get("voxcpm_host")):  # systemd lists the prefixes in no fixed order
@@ -226,7 +236,7 @@ def test_listens_on_the_configured_address_only(host, data, running):
 
 @pytest.mark.unit(UNIT)
 def test_synthesizer_is_what_the_settings_say(host, data, running, model_dir):
-    status, body = _curl(host, probe_url(data, "/ready"))
+    status, body = _curl(host, data, probe_url(data, "/ready"))
     assert status == "200", f"/ready answered {status}: {body}"
     ready = json.loads(body)
     double = bool(data.get("voxcpm_test_double_synthesizer"))
@@ -268,12 +278,13 @@ def test_speech_endpoint_returns_a_wav(host, data, running):
 def test_speech_endpoint_refuses_bad_requests_in_openai_shape(host, data, running):
     url = probe_url(data, "/v1/audio/speech")
     status, body = _curl(
-        host, url, "-H", "Content-Type: application/json", "--data", '{"input": ""}'
+        host, data, url, "-H", "Content-Type: application/json", "--data", '{"input": ""}'
     )
     assert status == "400", f"empty input answered {status}: {body}"
     assert json.loads(body)["error"]["param"] == "input", body
     status, body = _curl(
         host,
+        data,
         url,
         "-H",
         "Content-Type: application/json",
@@ -298,11 +309,13 @@ SDK_TEXT = "rigup checks the speech API with OpenAI's SDK."
 
 
 @pytest.fixture(scope="session")
-def sdk(forward, data) -> openai.OpenAI:
-    """OpenAI's SDK on the controller, talking to voxcpm.service through an SSH tunnel."""
+def sdk(forward, host, data, vp) -> openai.OpenAI:
+    """OpenAI's SDK on the controller, talking to voxcpm.service through an SSH tunnel (with
+    the speech API's key when the host has one)."""
     local = forward(data.get("voxcpm_host"), data.get("voxcpm_port"))
+    key = host.run(f"sed -n 's/^VOXCPM_API_KEY=//p' {vp.api_key_file} 2>/dev/null").stdout.strip()
     return openai.OpenAI(
-        base_url=f"http://127.0.0.1:{local}/v1", api_key="unused", max_retries=0, timeout=300
+        base_url=f"http://127.0.0.1:{local}/v1", api_key=key or "unused", max_retries=0, timeout=300
     )
 
 

@@ -141,6 +141,25 @@ def test_debootstrap_argv(tmp_path: Path):
     ]
 
 
+def test_debootstrap_argv_takes_sids_script_for_a_suite_it_does_not_know(tmp_path: Path):
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "sid").write_text("")
+    (scripts / "trixie").write_text("")
+    argv = render.debootstrap_argv("forky", tmp_path / "t", "http://m/debian", ["a"], scripts)
+    assert argv[3:] == ["forky", str(tmp_path / "t"), "http://m/debian", str(scripts / "sid")]
+    argv = render.debootstrap_argv("trixie", tmp_path / "t", "http://m/debian", ["a"], scripts)
+    assert argv[3:] == ["trixie", str(tmp_path / "t"), "http://m/debian"]
+
+
+def test_suite_from_env():
+    cfg = LabConfig.from_env({"RIGUP_LAB_SUITE": "forky"})
+    assert cfg.suite == "forky" and cfg.template_key.startswith("forky-")
+    assert cfg.template_key != LabConfig.from_env({}).template_key
+    with pytest.raises(LabError, match="RIGUP_LAB_SUITE='sid' is not a suite the lab builds"):
+        LabConfig.from_env({"RIGUP_LAB_SUITE": "sid"})
+
+
 # -- nspawn and ssh command lines --------------------------------------------------------------
 
 

@@ -276,6 +276,39 @@ def test_seed_kv_cache_dtype_runs_on_ampere(settings):
     assert settings["vllm_kv_cache_dtype"] == "fp8_e5m2" and validate(settings) == []
 
 
+@pytest.mark.parametrize("key", ["vllm_port", "voxcpm_port", "comfyui_port"])
+@pytest.mark.parametrize("port", [1, 80, 443, 1023])
+def test_ports_below_1024_are_refused(settings, key, port):
+    settings[key] = port
+    problems = validate(settings)
+    assert any(p.startswith(f"{key}: {port} is below 1024") for p in problems), problems
+
+
+def test_ports_from_1024_are_fine(settings):
+    settings.update(vllm_port=1024, voxcpm_port=65535, comfyui_port=8189)
+    assert validate(settings) == []
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "::", "192.168.1.20", "rig.lan"])
+def test_comfyui_beyond_loopback_needs_its_named_opt_in(settings, address):
+    settings["comfyui_host"] = address
+    problems = validate(settings)
+    assert [p for p in problems if "comfyui_allow_network_without_auth" in p], problems
+    settings["comfyui_allow_network_without_auth"] = True
+    assert validate(settings) == []
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "::1", "localhost", "127.0.0.53"])
+def test_comfyui_on_loopback_needs_no_opt_in(settings, address):
+    settings["comfyui_host"] = address
+    assert validate(settings) == []
+
+
+def test_speech_api_key_variable_is_checked(settings):
+    settings["voxcpm_api_key_env"] = "not a name"
+    assert any(p.startswith("voxcpm_api_key_env: must be") for p in validate(settings))
+
+
 @pytest.mark.parametrize(
     "extra,clash",
     [

@@ -1,0 +1,108 @@
+"""What every rigup unit and path shows to the rest of the host: the sandbox of each unit
+(`systemd-analyze security`), no world-writable file under rigup's paths, uv's lock files
+root-only, and no service listening beyond loopback without an API key or its named opt-in."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from roles.comfyui.paths import ComfyuiPaths
+from roles.common.facts import ListeningSockets
+from roles.common.urls import is_loopback
+from roles.nvidia import NVLINK_UNIT, POWER_UNIT
+from roles.voxcpm.paths import VoxcpmPaths
+
+#: The exposure each unit reached in the lab (systemd 257), and what it may not exceed: a higher
+#: score means a sandbox setting was lost. (systemd-analyze security: 0 safe ... 10 exposed)
+CEILINGS = {
+    "vllm.service": 1.5,
+    "comfyui.service": 1.5,
+    "voxcpm.service": 1.5,
+    POWER_UNIT: 1.5,
+    NVLINK_UNIT: 1.0,
+}
+
+
+def _installed(host, unit: str) -> bool:
+    return host.run(f"systemctl cat {unit}").rc == 0
+
+
+@pytest.mark.parametrize("unit", list(CEILINGS))
+def test_unit_sandbox_exposure(host, unit, request):
+    if not _installed(host, unit):
+        pytest.skip(f"{unit} is not installed on this host")
+    request.node.add_marker(pytest.mark.unit(unit))
+    out = host.run(f"systemd-analyze security --no-pager {unit}")
+    match = re.search(r"Overall exposure level for \S+: ([0-9.]+)", out.stdout)
+    assert match, f"systemd-analyze security {unit}: {out.stdout[-500:]}{out.stderr}"
+    score = float(match.group(1))
+    assert score <= CEILINGS[unit], (
+        f"{unit} exposure {score} is above {CEILINGS[unit]}: a sandbox setting of rigup's unit "
+        f"is missing (`systemd-analyze security {unit}` lists them); re-run the deploy"
+    )
+
+
+def _rigup_roots(data, paths) -> list[str]:
+    roots = [paths.prefix, paths.etc, paths.state, paths.tmp, data.get("model_store_dir")]
+    if data.get("comfyui_install"):
+        roots.append(ComfyuiPaths.from_data(data).base)
+    return roots
+
+
+def test_no_world_writable_file_under_rigup_paths(host, data, paths):
+    """Nothing under rigup's directories is writable by every user (uv creates its lock files
+    0666). uv's wheel cache is left out: it is a 0700 root directory (test_base checks it), so
+    its lock files are out of other users' reach (and the lab shares it between machines)."""
+    roots = " ".join(_rigup_roots(data, paths))
+    out = host.run(f"find {roots} -perm -0002 ! -type l 2>/dev/null")
+    found = out.stdout.split()
+    assert not found, f"world-writable under rigup's paths: {found[:20]}; re-run the deploy"
+
+
+def test_uv_lock_files_are_root_only(host, paths):
+    """A lock file any user can open, any user can flock, stalling every converge's uv."""
+    out = host.run(f"find {paths.prefix} -maxdepth 3 -name .lock -printf '%m %u %p\\n'")
+    locks = out.stdout.splitlines()
+    assert locks, f"no uv lock file under {paths.prefix}: is the host converged?"
+    loose = [line for line in locks if not line.startswith("600 root ")]
+    assert not loose, f"uv lock files others can open: {loose}; re-run the deploy"
+
+
+def _listening(host) -> list[dict]:
+    fact = ListeningSockets()
+    return fact.process(host.run(fact.command()).stdout.splitlines()) or []
+
+
+def test_services_beyond_loopback_have_a_key_or_their_opt_in(host, data, vllm_paths):
+    """Every socket a rigup service listens on: loopback, or the service has its API key
+    (stored root-only, 0600) and answers /v1/* without it 401, or (ComfyUI, no authentication)
+    comfyui_allow_network_without_auth is set."""
+    key_files = {
+        "vllm.service": vllm_paths.api_key_file,
+        "voxcpm.service": VoxcpmPaths.from_data(data).api_key_file,
+    }
+    exposed = []
+    for sock in _listening(host):
+        units = {p["unit"] for p in sock["processes"]}
+        for unit in sorted(units & {"vllm.service", "voxcpm.service", "comfyui.service"}):
+            if is_loopback(sock["address"]):
+                continue
+            where = f"{sock['address']}:{sock['port']}"
+            if unit == "comfyui.service":
+                assert data.get("comfyui_allow_network_without_auth"), (
+                    f"comfyui.service listens on {where} without comfyui_allow_network_without_auth"
+                )
+                exposed.append(f"{unit} {where} (opt-in)")
+                continue
+            f = host.file(key_files[unit])
+            assert f.exists and (f.user, f.mode) == ("root", 0o600), (
+                f"{unit} listens on {where} and has no root-only API key at {f.path}"
+            )
+            status = host.run(
+                f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{sock['port']}/v1/models"
+            ).stdout
+            assert status == "401", f"{unit} on {where} answers /v1/models without a key: {status}"
+            exposed.append(f"{unit} {where} (key)")
+    print(f"rigup services beyond loopback: {exposed or 'none'}")

@@ -22,6 +22,7 @@ from pyinfra import host
 from roles.base import settings as base_settings
 from roles.comfyui import settings as comfyui_settings
 from roles.common.checks import Check, SettingsError, contains
+from roles.doctor import settings as doctor_settings
 from roles.model import settings as model_settings
 from roles.modes import settings as modes_settings
 from roles.modes.budget import budget_problems
@@ -41,6 +42,7 @@ ROLE_SETTINGS: tuple[ModuleType, ...] = (
     voxcpm_settings,
     comfyui_settings,
     modes_settings,
+    doctor_settings,
 )
 
 RULES: dict[str, Check] = {k: c for m in ROLE_SETTINGS for k, c in m.RULES.items()}

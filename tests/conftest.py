@@ -20,7 +20,17 @@ def load_group_data() -> dict:
     return {k: v for k, v in module.items() if not k.startswith("_")}
 
 
+class Settings(dict):
+    """Settings as a dict that also answers ``settings.key`` like pyinfra's ``host.data``."""
+
+    def __getattr__(self, key: str):
+        try:
+            return self[key]
+        except KeyError as e:
+            raise AttributeError(key) from e
+
+
 @pytest.fixture
-def settings() -> dict:
+def settings() -> Settings:
     """A fresh copy of the shipped settings (tests may mutate it)."""
-    return load_group_data()
+    return Settings(load_group_data())

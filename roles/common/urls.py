@@ -10,7 +10,11 @@ def local_probe_url(bind: str, port: int | str, path: str) -> str:
     bracketed. Example: ``local_probe_url("0.0.0.0", 8188, "/system_stats")`` ->
     ``"http://127.0.0.1:8188/system_stats"``.
     """
+    return f"http://{local_probe_address(bind)}:{port}{path}"
+
+
+def local_probe_address(bind: str) -> str:
+    """The address a service bound to ``bind`` is reached at from its own host: 127.0.0.1 for a
+    wildcard bind, else ``bind`` (an IPv6 address bracketed, as URLs and ``ssh -L`` write it)."""
     probe = "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
-    if ":" in probe:
-        probe = f"[{probe}]"
-    return f"http://{probe}:{port}{path}"
+    return f"[{probe}]" if ":" in probe else probe

@@ -70,7 +70,9 @@ def mode_shares(data: Mapping[str, Any] | Any) -> dict[str, list[GpuShare]]:
     shares: dict[str, list[GpuShare]] = {mode: [] for mode in MODES}
 
     util = float(data.get("vllm_gpu_memory_utilization"))
-    for gpu in range(int(data.get("vllm_tensor_parallel_size"))):
+    # vLLM's CPU build (vllm_device = "cpu") takes no GPU memory
+    gpu_tp = 0 if data.get("vllm_device") == "cpu" else int(data.get("vllm_tensor_parallel_size"))
+    for gpu in range(gpu_tp):
         shares["llm"].append(
             GpuShare(
                 "vllm",

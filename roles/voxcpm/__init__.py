@@ -2,8 +2,9 @@
 
 Settings: every ``voxcpm_*`` key (rules in roles/voxcpm/settings.py). What it converges:
 
-- CPython ``voxcpm_python_version`` (3.10-3.12: voxcpm 2.0.3's range) installed by uv's managed
-  Python into ``<rigup_prefix>/python`` (roles/voxcpm/python.py, docs/voxcpm.md);
+- CPython ``voxcpm_python_version`` (3.11-3.12: voxcpm 2.0.3's 3.10-3.12 as far as its lock
+  allows) installed by uv's managed Python into ``<rigup_prefix>/python`` (roles/voxcpm/python.py,
+  docs/voxcpm.md);
 - the venv from files/voxcpm/requirements.lock (voxcpm==2.0.3 and every dependency, hashed);
 - the VoxCPM2 checkpoint placed from its manifest (files/model/manifests/voxcpm2.toml);
 - rigup's HTTP server (files/voxcpm/voxcpm_server.py), its env file (0640) and
@@ -90,7 +91,7 @@ def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> No
         mode="750",
     )
 
-    # --- the interpreter: CPython 3.10-3.12 from uv's managed Python -------------------------
+    # --- the interpreter: CPython 3.11-3.12 from uv's managed Python -------------------------
     interpreter = p.interpreter(version, host.get_fact(Arch))
     python = managed_python_installed(
         name=f"CPython {version} (uv managed Python) for VoxCPM2",

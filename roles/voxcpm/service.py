@@ -20,6 +20,8 @@ def server_args(data: Any, p: VoxcpmPaths, model_dir: str) -> list[str]:
         "--port", str(data.get("voxcpm_port")),
         "--served-model-name", str(data.get("voxcpm_served_model_name")),
         "--voices-dir", p.voices,
+        *[a for k, v in sorted(data.get("voxcpm_voice_aliases").items())
+          for a in ("--voice-alias", f"{k}={v}")],
         # exactly "cuda": voxcpm 2.0.3 torch.compiles only then (VoxCPM2Model.optimize checks
         # device != "cuda"), so the GPU is chosen by CUDA_VISIBLE_DEVICES, not "cuda:N"
         "--device", "cuda",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,13 +22,55 @@ from roles.common.checks import (
 from roles.common.locks import version_check
 from roles.model.settings import manifest_ref
 
-LOCK = Path(__file__).resolve().parents[2] / "files" / "voxcpm" / "requirements.lock"
+FILES = Path(__file__).resolve().parents[2] / "files" / "voxcpm"
+LOCK = FILES / "requirements.lock"
+SERVER = FILES / "voxcpm_server.py"
+
+
+def server_constant(name: str) -> Any:
+    """A constant of the speech server (files/voxcpm/voxcpm_server.py), read without importing it
+    (it needs the service venv): a literal, or the pattern of a ``re.compile(...)``."""
+    for node in ast.parse(SERVER.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            value = node.value
+            if isinstance(value, ast.Call):
+                return re.compile(ast.literal_eval(value.args[0]))
+            return ast.literal_eval(value)
+    raise LookupError(f"{SERVER} defines no {name}")
+
+
+#: The voice names of OpenAI's speech API and a voice name, as the server knows them.
+OPENAI_VOICES: tuple[str, ...] = server_constant("OPENAI_VOICES")
+VOICE_NAME: re.Pattern[str] = server_constant("VOICE_NAME")
+
+
+def voice_aliases(value: Any) -> str | None:
+    """``{"alloy": "narrator", ...}``: keys among OpenAI's voice names, values "default" or the
+    name of a recording ``<name>.wav`` in the voices directory."""
+    if not isinstance(value, Mapping):
+        return f"must be a dict of OpenAI voice name -> voice name, got {value!r}"
+    problems = []
+    for name, voice in value.items():
+        if name not in OPENAI_VOICES:
+            problems.append(
+                f"{name!r} is not one of OpenAI's voice names ({', '.join(OPENAI_VOICES)})"
+            )
+        elif not isinstance(voice, str) or not VOICE_NAME.match(voice):
+            problems.append(
+                f"{name!r} maps to {voice!r}: give 'default' or the name of a recording "
+                "<name>.wav in the voices directory (letters, digits, '_' and '-')"
+            )
+    return "; ".join(problems) or None
+
 
 RULES: dict[str, Check] = {
     "voxcpm_install": boolean,
     "voxcpm_python_version": matches(
-        re.compile(r"^3\.(10|11|12)\.\d+$"),
-        "an exact CPython 3.10.x-3.12.x release such as 3.12.16 (voxcpm 2.0.3 supports 3.10-3.12)",
+        re.compile(r"^3\.(11|12)\.\d+$"),
+        "an exact CPython 3.11.x-3.12.x release such as 3.12.16 (voxcpm 2.0.3 supports 3.10-3.12; "
+        "its lock needs 3.11 or later: fastapi 0.165.0 and av 18.1.0)",
     ),
     "voxcpm_python_install_mirror": location_or_empty(paths=False),
     "voxcpm_python_downloads_json": location_or_empty(paths=True),
@@ -36,6 +79,7 @@ RULES: dict[str, Check] = {
     "voxcpm_host": host_address,
     "voxcpm_port": integer(1, 65535),
     "voxcpm_served_model_name": matches(SAFE_NAME, "a name of letters, digits, '.', '_' and '-'"),
+    "voxcpm_voice_aliases": voice_aliases,
     "voxcpm_model_manifest": manifest_ref,
     "voxcpm_gpu_index": integer(0, 15),
     "voxcpm_vram_gib": number(0.0, 1024.0, lo_open=True),

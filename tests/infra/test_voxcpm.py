@@ -4,13 +4,22 @@ unit and the HTTP service, with expectations from the settings.
 Where ``voxcpm_test_double_synthesizer`` is on (the lab), the service runs for real but speaks
 through rigup's test double: the tests that need VoxCPM2 itself are skipped with that reason, and
 test_synthesizer_is_what_the_settings_say reports which synthesizer answered.
+
+The speech API is also called as chat front-ends call it: with OpenAI's own Python SDK on the
+controller, through an SSH tunnel to the service's loopback port (the ``forward`` fixture), in
+every response format, each answer decoded back with PyAV.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
+import time
 
+import av
+import numpy as np
+import openai
 import pytest
 
 from roles.common.service import is_loopback
@@ -19,6 +28,7 @@ from roles.modes import gpu_blocker
 from roles.modes.budget import MODES
 from roles.voxcpm.paths import UNIT, VoxcpmPaths
 from roles.voxcpm.service import probe_url, server_args, service_env, start_decision
+from roles.voxcpm.settings import OPENAI_VOICES, VOICE_NAME, server_constant
 from tests.infra.checks import (
     check_service_user,
     check_unit_properties,
@@ -75,7 +85,7 @@ def test_venv_runs_on_the_pinned_cpython_in_voxcpm_range(host, data, vp):
     got = out.stdout.strip()
     assert got == want, f"{vp.venv} runs Python {got}, {want} expected (run deploys/voxcpm.py)"
     minor = tuple(int(x) for x in got.split(".")[:2])
-    assert (3, 10) <= minor <= (3, 12), f"voxcpm 2.0.3 supports Python 3.10-3.12, venv has {got}"
+    assert (3, 11) <= minor <= (3, 12), f"the voxcpm lock needs Python 3.11-3.12, venv has {got}"
     home = host.run(f"{vp.python} -c 'import sys; print(sys.base_prefix)'").stdout.strip()
     assert home.startswith(vp.python_install_dir + "/"), (
         f"the venv's interpreter {home} is not rigup's uv-managed CPython under "
@@ -232,7 +242,12 @@ def test_synthesizer_is_what_the_settings_say(host, data, running, model_dir):
 
 @pytest.mark.unit(UNIT)
 def test_speech_endpoint_returns_a_wav(host, data, running):
-    res = _speech(host, data, {"input": "rigup checks the speech endpoint.", "voice": "default"})
+    body = {
+        "input": "rigup checks the speech endpoint.",
+        "voice": "default",
+        "response_format": "wav",
+    }
+    res = _speech(host, data, body)
     assert res.rc == 0 and " 200" in res.stdout.splitlines()[0], res.stdout + res.stderr
     headers = {
         k.strip().lower(): v.strip()
@@ -266,3 +281,144 @@ def test_speech_endpoint_refuses_bad_requests_in_openai_shape(host, data, runnin
         '{"input": "x", "model": "tts-1"}',
     )
     assert status == "404" and json.loads(body)["error"]["code"] == "model_not_found", body
+
+
+# --- OpenAI's Python SDK against the service -----------------------------------------------------
+
+#: response_format -> (Content-Type, FFmpeg demuxer PyAV decodes it with); pcm has no container
+SDK_FORMATS = {
+    "mp3": ("audio/mpeg", "mp3"),
+    "opus": ("audio/ogg", "ogg"),
+    "aac": ("audio/aac", "aac"),
+    "flac": ("audio/flac", "flac"),
+    "wav": ("audio/wav", "wav"),
+    "pcm": ("audio/pcm", None),
+}
+SDK_TEXT = "rigup checks the speech API with OpenAI's SDK."
+
+
+@pytest.fixture(scope="session")
+def sdk(forward, data) -> openai.OpenAI:
+    """OpenAI's SDK on the controller, talking to voxcpm.service through an SSH tunnel."""
+    local = forward(data.get("voxcpm_host"), data.get("voxcpm_port"))
+    return openai.OpenAI(
+        base_url=f"http://127.0.0.1:{local}/v1", api_key="unused", max_retries=0, timeout=300
+    )
+
+
+def _decode(content: bytes, response_format: str) -> tuple[str | None, int, int, np.ndarray]:
+    """(demuxer, sample rate, channels, mono float samples) of an answer, decoded with PyAV;
+    pcm is OpenAI's raw signed 16-bit little-endian mono at 24 kHz."""
+    if response_format == "pcm":
+        rate = server_constant("PCM_SAMPLE_RATE")
+        return None, rate, 1, np.frombuffer(content, "<i2").astype(np.float32) / 32768.0
+    with av.open(io.BytesIO(content)) as container:
+        stream = container.streams.audio[0]
+        channels = stream.codec_context.layout.nb_channels
+        pieces = []
+        for frame in container.decode(stream):
+            x = frame.to_ndarray().astype(np.float32)
+            if frame.format.name.startswith("s16"):
+                x /= 32768.0
+            pieces.append(x.reshape(channels, -1)[0])
+        return (
+            container.format.name,
+            stream.codec_context.sample_rate,
+            channels,
+            np.concatenate(pieces),
+        )
+
+
+def _peak_hz(samples: np.ndarray, rate: int) -> float:
+    mid = samples[samples.size // 4 : samples.size * 3 // 4]
+    power = np.abs(np.fft.rfft(mid * np.hanning(mid.size))) ** 2
+    return float(np.fft.rfftfreq(mid.size, 1 / rate)[power.argmax()])
+
+
+@pytest.mark.unit(UNIT)
+@pytest.mark.parametrize("response_format", list(SDK_FORMATS))
+def test_openai_sdk_speaks_every_format(sdk, data, running, response_format):
+    """``audio.speech.create(model=<served name>, voice="alloy", ...)`` as OpenAI's SDK sends it
+    answers in each of OpenAI's formats with its Content-Type, a file PyAV decodes, mono, as long
+    as the server says; from the test double, the decoded signal is its 440 Hz tone."""
+    started = time.monotonic()
+    audio = sdk.audio.speech.create(
+        model=data.get("voxcpm_served_model_name"),
+        voice="alloy",
+        input=SDK_TEXT,
+        response_format=response_format,
+    )
+    seconds = time.monotonic() - started
+    headers = audio.response.headers
+    media_type, demuxer = SDK_FORMATS[response_format]
+    assert headers["content-type"] == media_type, dict(headers)
+    got_demuxer, rate, channels, samples = _decode(audio.content, response_format)
+    assert (got_demuxer, rate, channels) == (demuxer, int(headers["x-sample-rate"]), 1)
+    if response_format == "pcm":
+        assert rate == 24000
+    said = float(headers["x-audio-seconds"])
+    assert said > 0.2 and samples.size / rate == pytest.approx(said, abs=0.05), (
+        f"{samples.size / rate:.3f} s decoded, the server made {said} s"
+    )
+    if data.get("voxcpm_test_double_synthesizer"):
+        assert abs(_peak_hz(samples, rate) - 440) <= 3, "the test double's tone did not survive"
+    else:
+        assert np.sqrt(np.mean(samples**2)) > 1e-3, "VoxCPM2 answered silence"
+    print(
+        f"\nOpenAI SDK {response_format}: {seconds:.2f} s for {len(audio.content)} B "
+        f"({said} s of audio, synthesis {headers['x-synthesis-seconds']} s, "
+        f"encoding {headers['x-encoding-seconds']} s)"
+    )
+
+
+def _expected_voice(name: str, aliases: dict, recordings: set[str]) -> str | None:
+    """What OpenAI's voice ``name`` speaks with (the server's order; None: mapped to a missing
+    recording)."""
+    voice = aliases.get(name, name)
+    if voice == "default" or voice in recordings:
+        return voice
+    return None if name in aliases else "default"
+
+
+@pytest.mark.unit(UNIT)
+def test_openai_voices_resolve_as_the_settings_say(host, sdk, data, vp, running):
+    """The voice each of OpenAI's names speaks with follows ``voxcpm_voice_aliases`` (and the
+    recordings on the host); the SDK's default request (no response_format) is answered in mp3,
+    OpenAI's default, by the voice "alloy" resolves to."""
+    aliases = data.get("voxcpm_voice_aliases")
+    listed = host.run(f"find {shlex.quote(vp.voices)} -maxdepth 1 -name '*.wav' -printf '%f\\n'")
+    names = (n.removesuffix(".wav") for n in listed.stdout.split("\n") if n)
+    recordings = {n for n in names if VOICE_NAME.match(n)}
+    voices = sdk.get("/audio/voices", cast_to=object)
+    want = {name: _expected_voice(name, aliases, recordings) for name in OPENAI_VOICES}
+    differ = {n: v for n, v in voices["openai_voices"].items() if want.get(n) != v}
+    assert not differ, (
+        f"{UNIT} resolves OpenAI's voices {differ}, the settings say "
+        f"{ {n: want.get(n) for n in differ} } (voxcpm_voice_aliases {aliases}, recordings "
+        f"{sorted(recordings)} in {vp.voices}): re-run deploys/voxcpm.py"
+    )
+    audio = sdk.audio.speech.create(
+        model=data.get("voxcpm_served_model_name"), voice="alloy", input=SDK_TEXT
+    )
+    assert audio.response.headers["content-type"] == "audio/mpeg"
+    assert audio.response.headers["x-voice"] == want["alloy"]
+
+
+def test_voice_aliases_name_recordings_that_exist(host, data, vp):
+    for name, voice in sorted(data.get("voxcpm_voice_aliases").items()):
+        if voice != "default":
+            assert host.file(f"{vp.voices}/{voice}.wav").is_file, (
+                f"voxcpm_voice_aliases maps {name!r} to {voice!r}, but {vp.voices}/{voice}.wav "
+                "does not exist: put the recording there (readable by the voxcpm group)"
+            )
+
+
+@pytest.mark.unit(UNIT)
+def test_openai_sdk_gets_clear_refusals(sdk, data, running):
+    model = data.get("voxcpm_served_model_name")
+    with pytest.raises(openai.BadRequestError, match="VoxCPM2 has no speed control"):
+        sdk.audio.speech.create(model=model, voice="alloy", input="x", speed=1.25)
+    with pytest.raises(openai.BadRequestError, match="use 'mp3', 'opus', 'aac', 'flac', 'wav'"):
+        sdk.audio.speech.create(model=model, voice="alloy", input="x", response_format="ogg")
+    with pytest.raises(openai.NotFoundError, match="model_not_found|not served here"):
+        sdk.audio.speech.create(model="tts-1", voice="alloy", input="x")

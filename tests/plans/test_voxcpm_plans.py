@@ -51,7 +51,7 @@ def test_host_without_gpus_installs_voxcpm_but_does_not_start_it():
     [
         (
             "voxcpm_python_out_of_range",
-            "voxcpm_python_version: must be an exact CPython 3.10.x-3.12.x release",
+            "voxcpm_python_version: must be an exact CPython 3.11.x-3.12.x release",
         ),
         ("voxcpm_gpu_index_missing", "voxcpm_gpu_index: GPU 2 does not exist"),
         (

@@ -3,6 +3,8 @@
 import json
 import shlex
 
+import pytest
+
 from roles.common.service import systemd_quote
 from roles.model import placed_path
 from roles.vllm.flags import exec_start, health_url, serve_args, service_env
@@ -122,3 +124,66 @@ def test_health_url_probes_loopback_for_wildcard_binds(settings):
 
 def test_args_file_is_json_list(settings):
     assert json.loads(json.dumps(serve_args(settings, MODEL))) == serve_args(settings, MODEL)
+
+
+# ---- the CPU build (vllm_device = "cpu") -------------------------------------------------------
+def test_cpu_engine_leaves_out_what_it_cannot_run(settings):
+    from roles.vllm import served_args
+
+    settings["vllm_device"] = "cpu"
+    args, notes, env = served_args(settings, MODEL, [0, 1])
+    assert "--kv-cache-dtype" not in args and "--speculative-config" not in args
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.05"
+    assert args[args.index("--tensor-parallel-size") + 1] == "2"
+    assert env == {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
+    said = "\n".join(notes)
+    assert "FP8 KV cache is only supported on x86 (AMX/VEC) ISA" in said
+    assert "speculative decode not supported in CPU GDN attention" in said
+    # everything else of the rig's line is served as it is
+    rig = serve_args(settings, MODEL)
+    spec = rig[rig.index("--speculative-config") + 1]
+    left_out = {"--kv-cache-dtype", "fp8_e5m2", "--speculative-config", spec}
+    expected = [("0.05" if a == "0.94" else a) for a in rig if a not in left_out]
+    assert args == expected
+
+
+@pytest.mark.parametrize(
+    "cpus,tp,bind",
+    [([0, 1], 2, "0|1"), (list(range(8)), 2, "0-3|4-7"), ([0, 1, 2], 2, "0|1"), ([0], 2, None)],
+)
+def test_cpu_groups(cpus, tp, bind):
+    from roles.vllm.cpu import cpu_groups
+
+    assert cpu_groups(cpus, tp) == bind
+
+
+def test_cpu_engine_with_fewer_cpus_than_workers_runs_one(settings):
+    from roles.vllm import served_args
+
+    settings["vllm_device"] = "cpu"
+    args, notes, env = served_args(settings, MODEL, [0])
+    assert args[args.index("--tensor-parallel-size") + 1] == "1" and env == {}
+    assert any("fewer than 2" in n for n in notes)
+
+
+def test_cpu_list_parsing():
+    from roles.vllm.cpu import parse_cpu_list
+
+    assert parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+
+
+def test_cpu_unit_runs_vllms_own_cli_through_the_launcher(settings):
+    from roles.vllm import service_spec
+
+    settings["vllm_device"] = "cpu"
+    spec = service_spec(settings, MODEL, [0, 1])
+    words = shlex.split(spec.exec_start.replace("$$", "$"))
+    assert words[:3] == [
+        "/opt/rigup/vllm/venv/bin/python",
+        "/opt/rigup/vllm/bin/vllm_cli.py",
+        "serve",
+    ]
+    assert "$RIGUP_VLLM_INTERCONNECT_ARGS" not in spec.exec_start
+    assert spec.requires == () and spec.optional_env_files[0][1].endswith("api-key.env")
+    assert spec.env["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
+    assert "VLLM_USE_FLASHINFER_SAMPLER" not in spec.env and "CUDA_HOME" not in spec.env

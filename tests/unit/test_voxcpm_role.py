@@ -45,6 +45,11 @@ def test_server_args_and_exec_start(settings):
     assert pairs["--model-dir"] == MODEL and pairs["--host"] == "127.0.0.1"
     assert pairs["--port"] == "8100" and pairs["--device"] == "cuda"
     assert "--synthesizer" not in args and "--no-optimize" not in args
+    assert "--voice-alias" not in args  # voxcpm_voice_aliases = {}: OpenAI's names speak "default"
+    settings.update(voxcpm_voice_aliases={"onyx": "default", "alloy": "narrator"})
+    args = server_args(settings, p, MODEL)
+    i = args.index("--voice-alias")
+    assert args[i : i + 4] == ["--voice-alias", "alloy=narrator", "--voice-alias", "onyx=default"]
     settings.update(voxcpm_test_double_synthesizer=True, voxcpm_torch_compile=False)
     args = server_args(settings, p, MODEL)
     assert args[-3:] == ["--no-optimize", "--synthesizer", "test-double"]
@@ -98,8 +103,13 @@ def test_python_install_env():
 @pytest.mark.parametrize(
     "key,value,message",
     [
-        ("voxcpm_python_version", "3.14.0", "3.10.x-3.12.x"),
-        ("voxcpm_python_version", "3.12", "3.10.x-3.12.x"),
+        ("voxcpm_python_version", "3.14.0", "3.11.x-3.12.x"),
+        ("voxcpm_python_version", "3.12", "3.11.x-3.12.x"),
+        ("voxcpm_python_version", "3.10.19", "needs 3.11 or later: fastapi 0.165.0 and av"),
+        ("voxcpm_voice_aliases", ["alloy"], "must be a dict of OpenAI voice name -> voice"),
+        ("voxcpm_voice_aliases", {"aloy": "default"}, "'aloy' is not one of OpenAI's voice names"),
+        ("voxcpm_voice_aliases", {"alloy": "my voice"}, "'alloy' maps to 'my voice': give"),
+        ("voxcpm_voice_aliases", {"alloy": 1}, "'alloy' maps to 1"),
         ("voxcpm_python_install_mirror", "ftp://nas/pbs", "http(s):// or file:// URL"),
         ("voxcpm_python_downloads_json", "relative/list.json", "absolute path"),
         ("voxcpm_test_double_synthesizer", "yes", "True or False"),
@@ -116,7 +126,8 @@ def test_bad_voxcpm_settings_are_named(settings, key, value, message):
 
 def test_shipped_settings_are_valid_with_mirrors(settings):
     settings.update(
-        voxcpm_python_version="3.10.19",
+        voxcpm_python_version="3.11.15",
+        voxcpm_voice_aliases={"alloy": "narrator", "onyx": "default", "cedar": "my_voice-2"},
         voxcpm_python_install_mirror="https://mirror.example/pbs",
         voxcpm_python_downloads_json="file:///srv/mirror/python/downloads.json",
     )

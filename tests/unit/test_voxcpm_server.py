@@ -1,5 +1,6 @@
 """rigup's VoxCPM2 HTTP server (files/voxcpm/voxcpm_server.py): its real FastAPI app, request
-validation, WAV encoding, errors and readiness, through Starlette's TestClient.
+validation, voices, encoding of every response format, errors and readiness, through Starlette's
+TestClient (and OpenAI's own SDK on top of it). Every audio answer is decoded back with PyAV.
 
 VoxCPM2 itself cannot run here (no weights, no GPU): the synthesizer is the server's own
 ``ToneTestDouble`` or, where a test needs a failing or recording engine, a small double defined
@@ -14,12 +15,19 @@ import json
 import os
 import subprocess
 import sys
+import typing
 import wave
+from dataclasses import dataclass
 from pathlib import Path
 
+import av
 import numpy as np
+import openai
 import pytest
 from fastapi.testclient import TestClient
+from openai.types.audio import speech_create_params
+
+from roles.voxcpm import settings as voxcpm_settings
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER = REPO / "files" / "voxcpm" / "voxcpm_server.py"
@@ -71,8 +79,9 @@ def voices(tmp_path) -> Path:
     return d
 
 
-def make_client(model_dir, synthesizer, *, voices_dir=None, loaded=True) -> TestClient:
-    settings = srv.Settings(str(model_dir), "voxcpm2", str(voices_dir) if voices_dir else None)
+def make_client(model_dir, synthesizer, *, voices_dir=None, loaded=True, aliases=None):
+    voices = str(voices_dir) if voices_dir else None
+    settings = srv.Settings(str(model_dir), "voxcpm2", voices, dict(aliases or {}))
     app = srv.create_app(settings, synthesizer, load_in_background=False)
     if loaded:
         app.state.load()
@@ -94,34 +103,247 @@ def read_wav(data: bytes) -> tuple[int, int, int, bytes]:
         return w.getnchannels(), w.getsampwidth(), w.getframerate(), w.readframes(w.getnframes())
 
 
-def test_speech_returns_a_wav_of_the_synthesized_audio(client, double):
-    r = client.post("/v1/audio/speech", json={"input": "Hello rig", "voice": "default"})
+@dataclass
+class Decoded:
+    container: str  # FFmpeg's demuxer name ("raw" for pcm)
+    codec: str
+    rate: int
+    channels: int
+    samples: np.ndarray  # mono float in [-1, 1]
+
+    @property
+    def seconds(self) -> float:
+        return self.samples.size / self.rate
+
+
+def decode(data: bytes, response_format: str) -> Decoded:
+    """Decode an answer back with PyAV (pcm: raw signed 16-bit LE mono at OpenAI's 24 kHz)."""
+    if response_format == "pcm":
+        samples = np.frombuffer(data, "<i2").astype(np.float32) / 32768.0
+        return Decoded("raw", "pcm_s16le", srv.PCM_SAMPLE_RATE, 1, samples)
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.audio[0]
+        ctx = stream.codec_context
+        pieces = []
+        for frame in container.decode(stream):
+            x = frame.to_ndarray().astype(np.float32)
+            if frame.format.name.startswith("s16"):
+                x /= 32768.0
+            pieces.append(x.reshape(ctx.layout.nb_channels, -1)[0])
+        return Decoded(
+            container.format.name,
+            ctx.name,
+            ctx.sample_rate,
+            ctx.layout.nb_channels,
+            np.concatenate(pieces),
+        )
+
+
+def spectrum_peak(samples: np.ndarray, rate: int) -> tuple[float, float, float]:
+    """(frequency of the strongest component in Hz, its amplitude, share of the energy within
+    20 Hz of it) over the middle half of ``samples`` (codec start-up and tails left out)."""
+    mid = samples[samples.size // 4 : samples.size * 3 // 4]
+    window = np.hanning(mid.size)
+    power = np.abs(np.fft.rfft(mid * window)) ** 2
+    freqs = np.fft.rfftfreq(mid.size, 1 / rate)
+    peak = float(freqs[power.argmax()])
+    share = float(power[np.abs(freqs - peak) <= 20].sum() / power.sum())
+    return peak, float(np.abs(mid).max()), share
+
+
+#: response_format -> (Content-Type, demuxer, decoder, rate, how the file starts,
+#: the most samples the codec may add at 48 kHz: encoder delay and padding to whole frames)
+EXPECTED = {
+    "mp3": ("audio/mpeg", "mp3", "mp3float", 48000, (b"ID3", b"\xff\xfb"), 0),
+    "opus": ("audio/ogg", "ogg", "opus", 48000, (b"OggS",), 960),
+    "aac": ("audio/aac", "aac", "aac", 48000, (b"\xff\xf1",), 2 * 1024),
+    "flac": ("audio/flac", "flac", "flac", 48000, (b"fLaC",), 0),
+    "wav": ("audio/wav", "wav", "pcm_s16le", 48000, (b"RIFF",), 0),
+    "pcm": ("audio/pcm", "raw", "pcm_s16le", 24000, (b"",), 0),
+}
+
+
+def literal_values(annotation) -> set[str]:
+    """The strings of every ``Literal`` in a type annotation (through unions)."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return set(typing.get_args(annotation))
+    return {v for arg in typing.get_args(annotation) for v in literal_values(arg)}
+
+
+def test_the_formats_are_openais():
+    """The six formats of OpenAI's SDK (openai 3.57.0's ``response_format`` Literal), no more."""
+    sdk = typing.get_type_hints(speech_create_params.SpeechCreateParams)["response_format"]
+    assert literal_values(sdk) == set(srv.FORMATS) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("response_format", list(EXPECTED))
+def test_each_format_decodes_to_the_tone(client, double, response_format):
+    """Each format answers with its Content-Type and a file PyAV decodes with the expected
+    demuxer and decoder, mono, at the expected rate, as long as the synthesized audio, and the
+    signal is the test double's 440 Hz tone at its amplitude (0.3)."""
+    text = "Hello rig"  # 9 characters: 0.45 s of tone
+    r = client.post("/v1/audio/speech", json={"input": text, "response_format": response_format})
     assert r.status_code == 200, r.text
-    assert r.headers["content-type"] == "audio/wav"
-    assert r.headers["x-synthesizer"] == "test-double"
-    channels, width, rate, frames = read_wav(r.content)
-    assert (channels, width, rate) == (1, 2, 48000)
-    expected = srv.pcm16(double.synthesize("Hello rig", None))
-    assert frames == expected and len(frames) == 2 * int(0.05 * 9 * 48000)
+    media_type, demuxer, decoder, rate, magic, extra = EXPECTED[response_format]
+    assert r.headers["content-type"] == media_type
+    assert r.headers["x-synthesizer"] == "test-double" and r.headers["x-voice"] == "default"
+    assert r.headers["x-sample-rate"] == str(rate)
     assert float(r.headers["x-audio-seconds"]) == pytest.approx(0.45, abs=1e-3)
-    assert double.calls[0] == ("Hello rig", None)
+    assert r.content.startswith(magic), r.content[:16]
+    got = decode(r.content, response_format)
+    assert (got.container, got.codec, got.rate, got.channels) == (demuxer, decoder, rate, 1)
+    want = int(0.45 * rate)
+    assert want <= got.samples.size <= want + extra * rate // 48000, got.samples.size
+    peak, amplitude, share = spectrum_peak(got.samples, rate)
+    assert abs(peak - 440) <= 3, peak
+    assert amplitude == pytest.approx(0.3, abs=0.03) and share > 0.95, (amplitude, share)
+    assert double.calls == [(text, None)]
 
 
-def test_pcm_format_is_raw_16_bit(client):
-    r = client.post("/v1/audio/speech", json={"input": "ab", "response_format": "pcm"})
-    assert r.status_code == 200 and r.headers["content-type"] == "audio/pcm"
-    assert r.headers["x-sample-rate"] == "48000"
-    assert len(r.content) == 2 * int(0.1 * 48000) and not r.content.startswith(b"RIFF")
+@pytest.mark.parametrize("response_format", ["wav", "flac"])
+def test_lossless_formats_carry_the_synthesized_samples(client, double, response_format):
+    r = client.post("/v1/audio/speech", json={"input": "abc", "response_format": response_format})
+    got = decode(r.content, response_format)
+    want = double.synthesize("abc", None)
+    assert got.samples.size == want.size
+    assert np.abs(got.samples - want).max() <= 1.5 / 32768  # 16-bit quantisation only
 
 
-def test_named_voice_is_a_reference_recording_and_instructions_a_prefix(client, double, voices):
+def test_wav_is_read_by_pythons_wave_module(client):
+    r = client.post("/v1/audio/speech", json={"input": "Hello rig", "response_format": "wav"})
+    channels, width, rate, frames = read_wav(r.content)
+    assert (channels, width, rate, len(frames)) == (1, 2, 48000, 2 * int(0.45 * 48000))
+
+
+def test_mp3_is_the_default_as_in_openais_api(client):
+    r = client.post("/v1/audio/speech", json={"input": "Hello rig", "voice": "alloy"})
+    assert r.status_code == 200 and r.headers["content-type"] == "audio/mpeg"
+    assert decode(r.content, "mp3").codec == "mp3float"
+
+
+class TwoTones(srv.ToneTestDouble):
+    """440 Hz plus 15 kHz (above the 12 kHz a 24 kHz signal can hold), at 48 kHz."""
+
+    def synthesize(self, text, reference_wav):
+        t = np.arange(48000, dtype=np.float32) / 48000
+        return 0.3 * np.sin(2 * np.pi * 440 * t) + 0.3 * np.sin(2 * np.pi * 15000 * t)
+
+
+def test_pcm_is_resampled_to_24_khz_without_aliasing(model_dir):
+    """OpenAI's pcm is 24 kHz: the 48 kHz audio is low-pass filtered and resampled, so a 15 kHz
+    component disappears instead of folding back to 9 kHz as dropping every other sample does."""
+    client = make_client(model_dir, TwoTones())
+    r = client.post("/v1/audio/speech", json={"input": "x", "response_format": "pcm"})
+    assert r.status_code == 200 and r.headers["x-sample-rate"] == "24000"
+    assert len(r.content) == 2 * 24000
+    got = decode(r.content, "pcm").samples
+    power = np.abs(np.fft.rfft(got * np.hanning(got.size))) ** 2
+    freqs = np.fft.rfftfreq(got.size, 1 / 24000)
+
+    def level(hz):
+        return power[np.abs(freqs - hz) <= 20].sum()
+
+    assert level(9000) < level(440) * 1e-4, (level(9000), level(440))  # below -40 dB
+    naive = TwoTones().synthesize("x", None)[::2]
+    naive_power = np.abs(np.fft.rfft(naive * np.hanning(naive.size))) ** 2
+    assert naive_power[np.abs(freqs - 9000) <= 20].sum() > level(440) * 0.5  # the alias it avoids
+
+
+def test_the_voices_are_openais():
+    """The server's OpenAI voice names are those of OpenAI's SDK (openai 3.57.0), and the
+    settings rule reads the same tuple from the server file."""
+    sdk = typing.get_type_hints(speech_create_params.SpeechCreateParams)["voice"]
+    names = literal_values(sdk)
+    assert names == set(srv.OPENAI_VOICES) and len(srv.OPENAI_VOICES) == 13
+    assert voxcpm_settings.OPENAI_VOICES == srv.OPENAI_VOICES
+    assert voxcpm_settings.VOICE_NAME.pattern == srv.VOICE_NAME.pattern
+
+
+@pytest.mark.parametrize("voice", srv.OPENAI_VOICES)
+def test_every_openai_voice_unmapped_speaks_with_the_default_voice(client, double, voice):
+    r = client.post("/v1/audio/speech", json={"input": "Hi", "voice": voice})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-voice"] == "default" and double.calls == [("Hi", None)]
+
+
+@pytest.fixture
+def aliased(model_dir, voices, double) -> TestClient:
+    (voices / "echo.wav").write_bytes((voices / "narrator.wav").read_bytes())
+    aliases = {"alloy": "narrator", "onyx": "default", "nova": "gone"}
+    return make_client(model_dir, double, voices_dir=voices, aliases=aliases)
+
+
+@pytest.mark.parametrize(
+    ("voice", "speaks", "recording"),
+    [
+        ("alloy", "narrator", "narrator"),  # mapped to a recording
+        ("onyx", "default", None),  # mapped to the default voice
+        ("echo", "echo", "echo"),  # not mapped, but there is a recording of that name
+        ("shimmer", "default", None),  # not mapped, no recording: the default voice
+        ("narrator", "narrator", "narrator"),  # one's own voice by name
+        ({"id": "narrator"}, "narrator", "narrator"),  # OpenAI's custom-voice object
+        ({"id": "alloy"}, "narrator", "narrator"),
+        ("default", "default", None),
+    ],
+)
+def test_voice_aliases_resolve(aliased, double, voices, voice, speaks, recording):
+    r = aliased.post("/v1/audio/speech", json={"input": "Hi", "voice": voice})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-voice"] == speaks
+    assert double.calls == [("Hi", str(voices / f"{recording}.wav") if recording else None)]
+
+
+def test_an_alias_to_a_missing_recording_is_named(aliased, double):
+    r = aliased.post("/v1/audio/speech", json={"input": "Hi", "voice": "nova"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "voice"
+    message = r.json()["error"]["message"]
+    assert "'nova' is mapped to 'gone'" in message and "no recording gone.wav" in message
+    assert double.calls == []
+
+
+def test_voices_lists_recordings_and_what_each_openai_voice_is(aliased):
+    body = aliased.get("/v1/audio/voices").json()
+    assert body["voices"] == ["default", "echo", "narrator"]
+    assert list(body["openai_voices"]) == list(srv.OPENAI_VOICES)
+    assert body["openai_voices"]["alloy"] == "narrator" and body["openai_voices"]["echo"] == "echo"
+    assert body["openai_voices"]["nova"] is None and body["openai_voices"]["ash"] == "default"
+
+
+def test_instructions_are_a_prefix(client, double, voices):
     r = client.post(
         "/v1/audio/speech",
         json={"input": "Hi", "voice": "narrator", "instructions": "calm, low voice"},
     )
     assert r.status_code == 200, r.text
     assert double.calls[-1] == ("(calm, low voice)Hi", str(voices / "narrator.wav"))
-    assert client.get("/v1/audio/voices").json() == {"voices": ["default", "narrator"]}
+
+
+@pytest.fixture
+def sdk(client) -> openai.OpenAI:
+    """OpenAI's own SDK, its HTTP client the TestClient (an httpx2 client) of the real app."""
+    return openai.OpenAI(
+        base_url="http://testserver/v1", api_key="unused", http_client=client, max_retries=0
+    )
+
+
+@pytest.mark.parametrize("response_format", list(EXPECTED))
+def test_openai_sdk_gets_every_format(sdk, response_format):
+    audio = sdk.audio.speech.create(
+        model="voxcpm2", voice="alloy", input="Hello rig", response_format=response_format
+    )
+    got = decode(audio.content, response_format)
+    assert got.rate == EXPECTED[response_format][3]
+    assert abs(spectrum_peak(got.samples, got.rate)[0] - 440) <= 3
+
+
+def test_openai_sdk_default_format_and_refusals(sdk):
+    audio = sdk.audio.speech.create(model="voxcpm2", voice="coral", input="Hello rig")
+    assert audio.response.headers["content-type"] == "audio/mpeg"
+    assert decode(audio.content, "mp3").codec == "mp3float"
+    with pytest.raises(openai.BadRequestError, match="no speed control"):
+        sdk.audio.speech.create(model="voxcpm2", voice="alloy", input="x", speed=1.5)
+    with pytest.raises(openai.NotFoundError, match="not served here"):
+        sdk.audio.speech.create(model="tts-1", voice="alloy", input="x")
 
 
 def test_model_field_must_name_the_served_model(client):
@@ -142,11 +364,22 @@ def test_model_field_must_name_the_served_model(client):
         ({"input": ""}, "input", "at least 1 character"),
         ({"input": "   "}, "input", "only whitespace"),
         ({"input": "x" * 4097}, "input", "at most 4096"),
-        ({"input": "x", "response_format": "mp3"}, "response_format", "'wav' or 'pcm'"),
+        (
+            {"input": "x", "response_format": "ogg"},
+            "response_format",
+            "'ogg' is not supported; use 'mp3', 'opus', 'aac', 'flac', 'wav' or 'pcm'",
+        ),
+        ({"input": "x", "response_format": "MP3"}, "response_format", "'MP3' is not supported"),
+        ({"input": "x", "stream_format": "sse"}, "stream_format", "use 'audio'"),
         ({"input": "x", "speed": 1.5}, "speed", "no speed control"),
+        ({"input": "x", "speed": 0.5}, "speed", "no speed control"),
         ({"input": "x", "speed": 9}, "speed", "less than or equal to 4"),
-        ({"input": "x", "voice": "nobody"}, "voice", "unknown voice 'nobody'"),
+        ({"input": "x", "voice": "nobody"}, "voice", "unknown voice 'nobody' (voices: default"),
+        ({"input": "x", "voice": "nobody"}, "voice", "OpenAI's voice names alloy, ash,"),
         ({"input": "x", "voice": "../etc/passwd"}, "voice", "invalid voice name"),
+        ({"input": "x", "voice": {"id": "../x"}}, "voice", "invalid voice name"),
+        ({"input": "x", "voice": {"name": "alloy"}}, "voice", 'or an object {"id"'),
+        ({"input": "x", "voice": 7}, "voice", "must be a voice name"),
         ({"input": "x", "instructions": "a (b)"}, "instructions", "parentheses"),
         ({"input": "x", "respone_format": "wav"}, "respone_format", "unknown field"),
     ],
@@ -225,16 +458,44 @@ def test_synthesis_error_is_a_500_in_openai_shape(model_dir):
     assert r.json()["error"]["type"] == "server_error" and "boom" in r.json()["error"]["message"]
 
 
+def test_encoding_error_is_a_500_naming_the_format(model_dir, monkeypatch):
+    def refuse(*args):
+        raise ValueError("no encoder")
+
+    monkeypatch.setattr(srv, "encode", refuse)
+    r = make_client(model_dir, srv.ToneTestDouble()).post(
+        "/v1/audio/speech", json={"input": "x", "response_format": "opus"}
+    )
+    assert r.status_code == 500
+    assert r.json()["error"]["message"] == "encoding as opus failed: ValueError: no encoder"
+
+
 def test_unknown_path_is_a_json_404(client):
     r = client.get("/v1/audio/transcriptions")
     assert r.status_code == 404 and r.json()["error"]["message"] == "Not Found"
 
 
-def test_pcm16_clips_and_rejects_empty_audio():
-    data = srv.pcm16(np.array([0.0, 1.0, -1.0, 2.0, -3.0, np.nan], dtype=np.float32))
-    assert np.frombuffer(data, "<i2").tolist() == [0, 32767, -32767, 32767, -32767, 0]
+def test_mono_float_clips_and_rejects_empty_audio():
+    audio = srv.mono_float(np.array([[0.0, 1.0, -1.0], [2.0, -3.0, np.nan]], dtype=np.float64))
+    assert audio.dtype == np.float32 and audio.tolist() == [0, 1, -1, 1, -1, 0]
     with pytest.raises(ValueError, match="no audio"):
-        srv.pcm16(np.array([], dtype=np.float32))
+        srv.mono_float(np.array([], dtype=np.float32))
+
+
+def test_output_rate_follows_what_the_encoder_takes():
+    assert srv.output_rate(srv.FORMATS["mp3"], 48000) == 48000
+    assert srv.output_rate(srv.FORMATS["mp3"], 96000) == 48000  # LAME's highest
+    assert srv.output_rate(srv.FORMATS["aac"], 50000) == 64000  # the next rate AAC takes
+    assert srv.output_rate(srv.FORMATS["flac"], 50000) == 50000  # any rate
+    assert srv.output_rate(srv.FORMATS["opus"], 16000) == 48000
+    assert srv.output_rate(srv.FORMATS["pcm"], 48000) == 24000
+
+
+def test_alias_problems():
+    assert srv.alias_problems({"alloy": "narrator", "cedar": "default"}) == []
+    problems = srv.alias_problems({"aloy": "default", "echo": "../x"})
+    assert "'aloy' is not one of OpenAI's voices" in problems[0]
+    assert "'echo' maps to '../x', not a voice name" in problems[1]
 
 
 def test_check_model_dir(tmp_path, model_dir):
@@ -243,6 +504,16 @@ def test_check_model_dir(tmp_path, model_dir):
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "config.json").write_text('{"architecture": "voxcpm"}')
     assert "not 'voxcpm2'" in srv.check_model_dir(str(tmp_path / "other"))
+
+
+def test_cli_refuses_a_voice_alias_of_no_openai_voice(model_dir):
+    proc = subprocess.run(
+        [sys.executable, str(SERVER), "--model-dir", str(model_dir), "--voice-alias", "tts=x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "--voice-alias: 'tts' is not one of OpenAI's" in proc.stderr
 
 
 def test_cli_refuses_a_directory_that_is_not_voxcpm2(tmp_path):

@@ -160,7 +160,10 @@ def test_real_synthesizer_loads_voxcpm2(server):
 def test_real_synthesizer_speaks_a_wav(server):
     target, _ = server
     status, headers = _http(
-        target, "/v1/audio/speech", {"input": "Hello rig.", "voice": "default"}, f"{WORK}/a.wav"
+        target,
+        "/v1/audio/speech",
+        {"input": "Hello rig.", "voice": "default", "response_format": "wav"},
+        f"{WORK}/a.wav",
     )
     assert status == "200" and headers["x-synthesizer"] == "voxcpm", headers
     wav = _wav_info(target, f"{WORK}/a.wav")
@@ -174,8 +177,56 @@ def test_real_synthesizer_clones_a_reference_voice_with_instructions(server):
     status, headers = _http(
         target,
         "/v1/audio/speech",
-        {"input": "Cloned.", "voice": "narrator", "instructions": "slow and calm"},
+        {
+            "input": "Cloned.",
+            "voice": "narrator",
+            "instructions": "slow and calm",
+            "response_format": "wav",
+        },
         f"{WORK}/b.wav",
     )
     assert status == "200", headers
     assert _wav_info(target, f"{WORK}/b.wav")["frames"] > 0
+
+
+def _decoded(target: Target, path: str) -> dict:
+    """What the venv's PyAV decodes from the file at ``path`` on the target."""
+    code = (
+        "import av, json, sys\n"
+        "with av.open(sys.argv[1]) as c:\n"
+        "    s = c.streams.audio[0]\n"
+        "    n = sum(f.samples for f in c.decode(s))\n"
+        "    print(json.dumps({'container': c.format.name, 'codec': s.codec_context.name,"
+        " 'rate': s.codec_context.sample_rate, 'samples': n}))\n"
+    )
+    res = target.run(f"{PYTHON} -c {shlex.quote(code)} {path}")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("response_format", "container", "rate"),
+    [(None, "mp3", 48000), ("opus", "ogg", 48000), ("aac", "aac", 48000), ("flac", "flac", 48000)],
+)
+def test_real_synthesizer_audio_in_openais_formats(server, response_format, container, rate):
+    """VoxCPM2's own output encoded by the venv's PyAV (mp3 when no format is asked for)."""
+    target, _ = server
+    body = {"input": "Hello rig.", "voice": "alloy"}
+    if response_format:
+        body["response_format"] = response_format
+    out = f"{WORK}/c.{response_format or 'mp3'}"
+    status, headers = _http(target, "/v1/audio/speech", body, out)
+    assert status == "200" and headers["x-voice"] == "default", headers
+    got = _decoded(target, out)
+    assert (got["container"], got["rate"]) == (container, rate), got
+    seconds = float(headers["x-audio-seconds"])
+    assert got["samples"] / rate == pytest.approx(seconds, abs=0.05), (got, seconds)
+
+
+def test_real_synthesizer_pcm_is_24_khz(server):
+    target, _ = server
+    body = {"input": "Hello rig.", "response_format": "pcm"}
+    status, headers = _http(target, "/v1/audio/speech", body, f"{WORK}/d.pcm")
+    assert status == "200" and headers["x-sample-rate"] == "24000", headers
+    size = int(target.run(f"stat -c %s {WORK}/d.pcm").stdout.strip())
+    assert size / 2 / 24000 == pytest.approx(float(headers["x-audio-seconds"]), abs=0.01)

@@ -290,7 +290,10 @@ bench_seed_acceptance = 0.777  # seed: MTP 3 acceptance 77.7 % (the 2x3090 log s
 bench_arms = {
     "nvlink-off": {
         "what": "NVLink off: NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce",
-        "env": {"NCCL_P2P_DISABLE": "1", "RIGUP_VLLM_INTERCONNECT_ARGS": "--disable-custom-all-reduce"},
+        "env": {
+            "NCCL_P2P_DISABLE": "1",
+            "RIGUP_VLLM_INTERCONNECT_ARGS": "--disable-custom-all-reduce",
+        },
         "unset": ["NCCL_P2P_LEVEL"],
         "seed": {"decode-1": 128.8},  # seed: 128.2 with NVLink vs 128.8 without, at 2K
     },

@@ -1449,7 +1449,7 @@ _VLLM_LOG: list[Signature] = [
         "completes (GeForce cards have no P2P over PCIe), or a crashed peer",
         fix="read the kernel log for Xid events (rigup-doctor lists them); check the NVLink "
         "bridge; without one keep nvlink_required = False so NCCL_P2P_DISABLE=1 is set",
-        pattern=r"Watchdog caught collective operation timeout: (?P<work>\w+\([^)]*\)) ran for "
+        pattern=r"Watchdog caught collective operation timeout: (?P<work>\w+\(.*?\)) ran for "
         r"(?P<ms>\d+) milliseconds",
         reference="PyTorch ProcessGroupNCCL watchdog",
     ),

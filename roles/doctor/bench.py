@@ -295,7 +295,7 @@ def run_row(cfg: dict, host: Host, row: dict, scale: float = 1.0) -> dict:
         "seed_from": row.get("seed_from"),
         **s.__dict__,
         "how": f"c={s.concurrency}, {s.input_len:,} in / {s.output_len:,} out, "
-        f"{s.prompts} prompts; {HOW[row['figure']]}",
+        f"{s.prompts} request{'s' if s.prompts > 1 else ''}; {HOW[row['figure']]}",
     }
     if row.get("baseline_concurrency"):
         b = shape(row, max_len, scale, row["baseline_concurrency"])
@@ -317,8 +317,8 @@ def run_row(cfg: dict, host: Host, row: dict, scale: float = 1.0) -> dict:
     if row["figure"] == "cold-ttft":
         hits = w.get("hits") or 0
         entry["cold"] = hits == 0
-        entry["cold_proof"] = f"Δvllm:prefix_cache_hits_total = {hits:g} over the row" + (
-            " (prefix caching is off: nothing can hit)" if not w.get("queries") else ""
+        entry["cold_proof"] = f"Δvllm:prefix_cache_hits_total = {hits:g}" + (
+            ", prefix caching off" if not w.get("queries") else ""
         )
     return entry
 
@@ -619,6 +619,11 @@ def plan(cfg: dict, rows: list[str] | None, arms: list[str] | None, scale: float
         raise Refused(
             f"unknown arm(s) {missing}; arms: {', '.join(cfg['bench']['arms']) or 'none'}"
         )
+    if arms == ["all"]:
+        arm_names = [a for a in arm_names if not cfg["bench"]["arms"][a].get("unavailable")]
+    for a in arm_names:
+        if why := cfg["bench"]["arms"][a].get("unavailable"):
+            raise Refused(f"arm {a} cannot run with these settings: {why}")
     arm_rows = {}
     for a in arm_names:
         seeded = [known[r] for r in cfg["bench"]["arms"][a].get("seed", {}) if r in known]

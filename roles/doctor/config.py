@@ -11,11 +11,11 @@ from typing import Any
 from roles.common.paths import Layout
 from roles.common.urls import local_probe_url
 from roles.doctor.paths import ARM_DROPIN, DoctorPaths
+from roles.doctor.settings import arm_problems
 from roles.model.paths import ModelPaths
 from roles.modes import mode_services
 from roles.modes.budget import MODES
 from roles.nvidia.paths import NvidiaPaths
-from roles.vllm.flags import serve_args
 from roles.vllm.paths import VllmPaths
 
 
@@ -74,10 +74,27 @@ def _venv(paths: Any) -> dict[str, str]:
     return {"python": paths.python, "lock": paths.lock}
 
 
-def doctor_config(data: Any, model_dir: str, model: Mapping[str, str] | None = None) -> dict:
+def served(data: Any, model_dir: str, cpus: list[int]) -> list[str]:
+    """The arguments vllm.service runs with (``vllm serve`` ARGS): the vLLM role's."""
+    from roles.vllm import served_args
+
+    return served_args(data, model_dir, cpus)[0]
+
+
+def _flag(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
+
+
+def doctor_config(
+    data: Any, model_dir: str, model: Mapping[str, str] | None = None, cpus: list[int] = ()
+) -> dict:
     """The content of ``doctor.json`` for a host whose LLM is placed at ``model_dir``
-    (``model``: its manifest's name, revision and repository, for the report)."""
+    (``model``: its manifest's name, revision and repository, for the report; ``cpus``: the
+    host's allowed CPUs, for the CPU build's arguments). What vLLM runs with is read from the
+    arguments it is served with (the CPU build leaves out the FP8 KV cache and MTP)."""
     layout = Layout.from_data(data)
+    args = served(data, model_dir, list(cpus))
+    spec = _flag(args, "--speculative-config")
     vp = VllmPaths.from_data(data)
     dp = DoctorPaths.from_data(data)
     host, port = str(data.get("vllm_host")), data.get("vllm_port")
@@ -98,13 +115,14 @@ def doctor_config(data: Any, model_dir: str, model: Mapping[str, str] | None = N
             "cli": [vp.python, f"{vp.bin}/vllm_cli.py"],
             "api_key_file": vp.api_key_file,
             "args_file": vp.args_file,
-            "serve_args": serve_args(data, model_dir),
-            "max_model_len": data.get("vllm_max_model_len"),
+            "device": data.get("vllm_device"),
+            "serve_args": args,
+            "max_model_len": int(_flag(args, "--max-model-len") or data.get("vllm_max_model_len")),
             "block_size": data.get("vllm_block_size"),
-            "kv_cache_dtype": data.get("vllm_kv_cache_dtype"),
-            "tensor_parallel_size": data.get("vllm_tensor_parallel_size"),
-            "prefix_caching": data.get("vllm_enable_prefix_caching"),
-            "speculative_config": data.get("vllm_speculative_config"),
+            "kv_cache_dtype": _flag(args, "--kv-cache-dtype") or "auto",
+            "tensor_parallel_size": int(_flag(args, "--tensor-parallel-size") or 1),
+            "prefix_caching": "--enable-prefix-caching" in args,
+            "speculative_config": json.loads(spec) if spec else None,
             "start_timeout_s": data.get("vllm_start_timeout_s"),
         },
         "gpus": {
@@ -136,6 +154,7 @@ def doctor_config(data: Any, model_dir: str, model: Mapping[str, str] | None = N
                     "what": arm["what"],
                     "dropin": f"{dp.arms}/{name}.conf",
                     "seed": arm.get("seed", {}),
+                    "unavailable": "; ".join(arm_problems(data, arm)),
                 }
                 for name, arm in data.get("bench_arms").items()
             },
@@ -152,7 +171,9 @@ def _env_line(name: str, value: Any) -> str:
     return f"{name}={text}\n"
 
 
-def arm_files(data: Any, name: str, arm: Mapping[str, Any], model_dir: str) -> dict[str, str]:
+def arm_files(
+    data: Any, name: str, arm: Mapping[str, Any], model_dir: str, cpus: list[int] = ()
+) -> dict[str, str]:
     """The files of one benchmark arm, by suffix: ``.conf`` (the vllm.service drop-in
     rigup-bench puts under /run), ``.env`` (its environment, read after the unit's own
     environment files so that it wins) and, for an arm that changes vLLM flags, ``.json`` (its
@@ -174,8 +195,8 @@ def arm_files(data: Any, name: str, arm: Mapping[str, Any], model_dir: str) -> d
         lines.append(f"UnsetEnvironment={' '.join(arm['unset'])}\n")
     if arm.get("settings"):
         overlay = Overlay(data, arm["settings"])
-        spec = service_spec(overlay, model_dir)
+        spec = service_spec(overlay, model_dir, list(cpus))
         lines += ["ExecStart=\n", f"ExecStart={spec.exec_start}\n"]
-        out[".json"] = json.dumps(serve_args(overlay, model_dir), indent=2) + "\n"
+        out[".json"] = json.dumps(served(overlay, model_dir, list(cpus)), indent=2) + "\n"
     out[".conf"] = "".join(lines)
     return out

@@ -132,18 +132,26 @@ OPTIONAL: tuple[str, ...] = ()
 
 
 def consistency(values: Mapping[str, Any]) -> list[str]:
-    """An arm's seed names rows that exist, and the settings an arm changes stay consistent with
-    the rest (the vLLM role's own rules, on the arm's settings)."""
+    """An arm's seed names rows that exist. (An arm whose flags the vLLM role's rules refuse
+    together with the other settings is not refused here: rigup-bench says it is unavailable and
+    why, :func:`arm_problems`.)"""
     problems = []
     rows = {r["id"] for r in values["bench_rows"]}
-    vllm_values = {k: v for k, v in values.items() if k in vllm_settings.RULES}
     for name, arm in values["bench_arms"].items():
         unknown = sorted(set(arm.get("seed", {})) - rows)
         if unknown:
             problems.append(
                 f"bench_arms: arm {name} has a seed for rows {unknown} not in bench_rows"
             )
-        if arm.get("settings") and len(vllm_values) == len(vllm_settings.RULES):
-            merged = {**vllm_values, **arm["settings"]}
-            problems += [f"bench_arms: arm {name}: {p}" for p in vllm_settings.consistency(merged)]
     return problems
+
+
+def arm_problems(values: Mapping[str, Any] | Any, arm: Mapping[str, Any]) -> list[str]:
+    """What the vLLM role's rules say about the settings with the arm's changes applied, beyond
+    what they say about the settings themselves ([] when the arm can run)."""
+    if not arm.get("settings"):
+        return []
+    base = {k: values.get(k) for k in vllm_settings.RULES}
+    own = set(vllm_settings.consistency(base))
+    merged = {**base, **arm["settings"]}
+    return [p for p in vllm_settings.consistency(merged) if p not in own]

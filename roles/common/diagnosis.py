@@ -1738,6 +1738,26 @@ _METRICS: list[Signature] = [
         "vllm#48375",
     ),
     Signature(
+        id="prefix-cache/self-test-miss",
+        source="metrics",
+        severity=FAIL,
+        what="the prefix cache did not hit: the same {prompt_len}-token prompt sent twice, the "
+        "second found nothing cached ({queries} prompt tokens looked up)",
+        why="prefix caching is on and the prompt holds at least two attention blocks of {block} "
+        "tokens, so the second request should have hit: the cache is being evicted at once (a KV "
+        "cache too small for the running requests) or does not work in this configuration",
+        fix="`rigup-doctor` shows KV cache use and preemptions; run the self-test again on an idle "
+        "service (`sudo rigup-bench --rows decode-1`)",
+        matcher=lambda s: (
+            {**_match_prefix_no_hits(s), "prompt_len": s.get("prompt_len")}
+            if s.get("self_test")
+            and _match_prefix_no_hits(s)
+            and isinstance(s.get("block"), int)
+            and (s.get("prompt_len") or 0) >= 2 * s["block"]
+            else None
+        ),
+    ),
+    Signature(
         id="prefix-cache/no-hits",
         source="metrics",
         severity=OK,

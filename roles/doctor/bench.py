@@ -415,7 +415,6 @@ def self_test(cfg: dict, host: Host, block: int | None) -> dict:
         "since": "the second of two identical prompts",
         "self_test": True,
         "prompt_len": length,
-        "queries": (w1.get("queries") or 0) + (w2.get("queries") or 0) and w2.get("queries"),
     }
     verdicts = [v for v in diagnosis.classify_metrics(state) if v.kind == "prefix-cache"]
     hits2 = w2.get("hits") or 0

@@ -396,3 +396,71 @@ def test_os_release(tmp_path):
     (tmp_path / "os").write_text('NAME="Ubuntu"\nPRETTY_NAME="Ubuntu 26.04 LTS"\n')
     assert report.os_release(str(tmp_path / "os")) == "Ubuntu 26.04 LTS"
     assert os.path.exists("/etc/os-release") and report.os_release()
+
+
+# --- records of real runs against the CPU engine ---------------------------------------------------
+
+
+def record(name: str) -> dict:
+    return json.loads((FIXTURES / "vllm-cpu/bench" / name).read_text())
+
+
+def test_the_table_of_a_real_run_has_every_row_beside_the_seed():
+    rec = record("record-hybrid-scale-0.05.json")
+    text = bench.table(rec)
+    assert "on the CPU (CPU engine with a tiny test model" in text and "scaled by 0.05" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[0] == "| row | seed | this run | how |"
+    assert [r.split(" | ")[0][2:] for r in rows[1:]] == [
+        "decode, 1 user (MTP 3)",
+        "prefill at 2K",
+        "4 users",
+        "8 users",
+        "32K cold TTFT",
+    ]
+    assert all(r.count(" | ") == 3 for r in rows)
+    assert "| 3.00 s -> 5.00 s | " in rows[4] and "c=1 -> c=8" in rows[4]
+    assert "cold: yes" in rows[5]
+    assert "prefix-cache self-test (208-token prompt twice, block 64): OFF" in text
+    for r in rec["arms"][0]["rows"]:
+        assert (
+            r["value"] > 0
+            and r["result"]["completed"] == r["prompts"]
+            and not r["result"]["failed"]
+        )
+
+
+def test_the_self_test_hit_on_the_real_engine_with_prefix_caching():
+    st = record("self-test-dense.json")
+    assert (st["status"], st["passed"], st["first"]["hits"], st["second"]["hits"]) == (
+        "hit",
+        True,
+        0,
+        48.0,
+    )
+    assert st["verdict"]["id"] == "prefix-cache/hits"
+
+
+def test_a_self_test_that_misses_with_caching_on_fails():
+    state = {
+        "self_test": True,
+        "prompt_len": 3 * 1600 + 16,
+        "block": 1600,
+        "since": "x",
+        "prompt_tokens": 4816.0,
+        "queries": 4816.0,
+        "hits": 0.0,
+    }
+    (v,) = [v for v in diagnosis.classify_metrics(state) if v.kind == "prefix-cache"]
+    assert v.id == "prefix-cache/self-test-miss" and v.severity == diagnosis.FAIL
+    short = {**state, "prompt_len": 1000, "prompt_tokens": 1000.0, "queries": 1000.0}
+    (v,) = [v for v in diagnosis.classify_metrics(short) if v.kind == "prefix-cache"]
+    assert v.id == "prefix-cache/no-hits" and "(3200 tokens)" in v.why
+
+
+def test_the_report_renders_a_real_run_in_both_languages(cfg):
+    post = report.render(facts(cfg, record("record-hybrid-scale-0.05.json")), "both")
+    en, zh = post.split("\n---\n")
+    assert "| decode, 1 user (MTP 3) | 128.2 tok/s |" in en
+    assert "| 解码，1 个用户（MTP 3） | 128.2 tok/s |" in zh and "冷缓存：是" in zh
+    assert "前缀缓存自检" in zh and "原帖数据来源" in zh

@@ -1,10 +1,11 @@
 """The lab machine: a booted Debian 13 systemd-nspawn container on this machine, reached over SSH
 on a loopback port exactly like a rig (created by `python -m lab up`, see lab/).
 
-It declares no NVIDIA GPUs, so GPU services are installed and checked but not started, and the
-checkpoint comes from a constructed Qwen3.6-shaped mirror the lab tooling pushes in. ComfyUI runs
-on the CPU from a git mirror pushed in the same way (when the controller has one), in the media
-mode.
+It declares no NVIDIA GPUs. vLLM serves for real on the CPU build of the same release
+(vllm_device = "cpu") a tiny Qwen3.6-shaped AutoRound INT4 checkpoint the lab tooling builds and
+pushes in (lab/tiny); the NVIDIA units are installed and checked but not started. VoxCPM2 runs
+with its test double; ComfyUI runs on the CPU from a git mirror pushed in the same way (when the
+controller has one). The lab boots into the media mode; `rigup-mode llm` starts vLLM.
 """
 
 from lab.comfyui_lab import (
@@ -14,6 +15,7 @@ from lab.comfyui_lab import (
     lab_comfyui_port,
 )
 from lab.config import LabConfig
+from lab.serving import lab_vllm_port
 from lab.voxcpm_lab import LAB_PYTHON_VERSION, PYTHON_DOWNLOADS_JSON
 
 _cfg = LabConfig.from_env()
@@ -29,7 +31,10 @@ lab = [
             "ssh_key": str(_cfg.ssh_key),
             "ssh_known_hosts_file": str(_cfg.known_hosts),
             "ssh_strict_host_key_checking": "yes",
-            "nvidia_gpu_count": 0,  # no GPU in the lab: services installed, not started
+            "nvidia_gpu_count": 0,  # no GPU in the lab: GPU services installed, not started
+            # --- vLLM 0.22.1's CPU build serves the tiny checkpoint (roles/vllm/cpu.py) ---
+            "vllm_device": "cpu",
+            "vllm_port": lab_vllm_port(_cfg),  # labs share this machine's network
             # --- VoxCPM2 (lab/voxcpm_lab.py): the lab gets no GitHub and no Hugging Face ---
             # CPython 3.11.2 from Debian 12's packages, installed by the same `uv python install`
             "voxcpm_python_version": LAB_PYTHON_VERSION,

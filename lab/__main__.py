@@ -45,28 +45,34 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "converge",
         help="up, seed the model mirror, run deploys/full.py, re-run it --dry --json (must plan "
-        "0 changes), run testinfra (tests/infra), print a summary; the machine keeps running",
+        "0 changes), run testinfra (tests/infra), switch to the LLM mode (vLLM serves) and "
+        "verify it, print a summary; the machine keeps running",
     )
     return parser
 
 
 def converge(machine: LabMachine) -> int:
     """README's main job on the lab: the scenario without destroy. Returns 0 when all passed."""
-    from lab import scenario  # here, not above: it builds the test checkpoint with numpy
+    from lab import scenario, serving  # here, not above: they need numpy, tokenizers, openai
 
     started = time.monotonic()
     machine.up()
     up = StepResult("create/up", 0, time.monotonic() - started)
     steps = [up, scenario.seed_mirror(machine), comfyui_lab.seed(machine), voxcpm_lab.seed(machine)]
     steps.append(scenario.converge())
+    later = ("idempotence", "verify", "serve", "verify llm")
     if steps[-1].ok:
         steps.append(scenario.idempotence())
         steps.append(scenario.verify())
-        if not steps[-1].ok:
-            print(steps[-1].detail["output"], file=sys.stderr)
+        steps.append(serving.serve(machine))
+        if steps[-1].ok:
+            steps.append(scenario.verify(extra=list(scenario.LLM_MODE_SUITES), name="verify llm"))
+        for step in steps:
+            if not step.ok and not step.skipped:
+                print(step.detail.get("output") or step.detail.get("stderr", ""), file=sys.stderr)
     else:
         skipped = "not run: the converge failed (its error is above)"
-        steps += [StepResult(n, -1, 0.0, {"skipped": skipped}) for n in ("idempotence", "verify")]
+        steps += [StepResult(n, -1, 0.0, {"skipped": skipped}) for n in later]
     print(scenario.format_summary(steps, machine))
     return 0 if all(s.ok for s in steps) else 1
 

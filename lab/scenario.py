@@ -16,10 +16,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab.checkpoint import build_checkpoint
 from lab.comfyui_lab import comfyui_mirror
+from lab.config import LabConfig
 from lab.machine import LabMachine
 from lab.step import StepResult
+from lab.tiny import build_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -34,11 +35,11 @@ def _env() -> dict[str, str]:
 
 
 def seed_mirror(machine: LabMachine) -> StepResult:
-    """Build the constructed Qwen3.6-27B-AutoRound-shaped checkpoint and push it to the mirror path
-    in the machine (the "local mirror" model source)."""
+    """Build the tiny Qwen3.6-shaped AutoRound INT4 checkpoint vLLM's CPU engine serves
+    (lab/tiny) and push it to the mirror path in the machine (the "local mirror" model source)."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rigup-ckpt-") as tmp:
-        ckpt = build_checkpoint(Path(tmp) / "ckpt")
+        ckpt = build_checkpoint(Path(tmp) / "ckpt", variant="hybrid-int4")
         machine.ssh(f"mkdir -p {LAB_MODEL_MIRROR}")
         machine.push(ckpt, LAB_MODEL_MIRROR)
         size = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
@@ -85,19 +86,32 @@ def idempotence(inventory: str = "inventory/lab.py", deploy: str = "deploys/full
     return StepResult("idempotence", 1 if changed else 0, seconds, detail)
 
 
-def verify(inventory: str = "inventory/lab.py", extra: list[str] | None = None) -> StepResult:
-    """Run the testinfra suite (tests/infra) against the inventory's hosts."""
+#: testinfra modules about the LLM mode, run again once vLLM serves (``rigup-mode llm``)
+LLM_MODE_SUITES = (
+    "tests/infra/test_vllm.py",
+    "tests/infra/test_vllm_serving.py",
+    "tests/infra/test_modes.py",
+)
+
+
+def verify(
+    inventory: str = "inventory/lab.py", extra: list[str] | None = None, name: str = "verify"
+) -> StepResult:
+    """Run testinfra against the inventory's hosts: the whole suite (tests/infra), or the
+    modules given in ``extra``."""
     started = time.monotonic()
+    suites = [a for a in extra or [] if a.startswith("tests/")]
+    options = [a for a in extra or [] if not a.startswith("tests/")]
     proc = subprocess.run(
         [
             str(BIN / "pytest"),
-            "tests/infra",
+            *(suites or ["tests/infra"]),
             "--inventory",
             inventory,
             "-q",
             "-p",
             "no:cacheprovider",
-            *(extra or []),
+            *options,
         ],
         cwd=REPO,
         env=_env(),
@@ -106,7 +120,7 @@ def verify(inventory: str = "inventory/lab.py", extra: list[str] | None = None) 
     )
     lines = proc.stdout.strip().splitlines()
     return StepResult(
-        "verify",
+        name,
         proc.returncode,
         time.monotonic() - started,
         {
@@ -158,10 +172,17 @@ def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
             )
             if s.detail["changes"]:
                 line += "\n       would change: " + "; ".join(s.detail["changes"])
-        if s.name == "verify":
+        if s.name.startswith("verify"):
             line += f"  testinfra: {s.detail.get('summary', '')}"
+        if s.name == "serve" and "health_s" in s.detail:
+            line += (
+                f"  rigup-mode llm: /health after {s.detail['health_s']:.0f} s, first token "
+                f"{s.detail['ttft_s']:.2f} s, engine RSS {s.detail['rss_mib']:.0f} MiB"
+            )
         if s.name == "seed mirror":
-            line += f"  constructed checkpoint, {s.detail['bytes'] / 1e6:.1f} MB"
+            line += (
+                f"  tiny Qwen3.6-shaped AutoRound INT4 checkpoint, {s.detail['bytes'] / 1e6:.1f} MB"
+            )
         if s.name == "seed voxcpm":
             line += f"  CPython 3.11 archive from Debian 12, {s.detail['bytes'] / 1e6:.1f} MB"
         if s.name == "comfyui src":
@@ -178,11 +199,15 @@ def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
         f"lab machine {cfg.name}: ssh -i {cfg.ssh_key} -p {cfg.ssh_port} root@127.0.0.1 "
         "(or .venv/bin/python -m lab ssh)"
     )
-    if all(s.ok for s in steps):
+    serve = next((s for s in steps if s.name == "serve" and s.ok), None)
+    if serve:
+        answer = " ".join(serve.detail["answer"].split())[:100]
         out.append(
-            "not started here: vllm.service (the lab declares no NVIDIA GPUs; installed, checked "
-            "by vLLM's own parser and config code, kept stopped)"
+            "vllm.service is active in the LLM mode: vLLM 0.22.1's CPU build serving the tiny "
+            f"checkpoint answered a chat completion ({answer!r}); the rig's CUDA-only flags it "
+            "leaves out are listed in the converge output"
         )
+    if all(s.ok for s in steps):
         out.append(
             "test double: voxcpm.service runs rigup's speech server with a tone in place of "
             "VoxCPM2 (no weights, no GPU here; voxcpm_test_double_synthesizer)"
@@ -195,3 +220,27 @@ def format_summary(steps: list[StepResult], machine: LabMachine) -> str:
             "targets still switch with `rigup-mode llm|media`"
         )
     return "\n".join(out)
+
+
+def cuda_vllm_python(cfg: LabConfig | None = None) -> str:
+    """The python of a venv holding vLLM 0.22.1's CUDA build exactly as the rig gets it
+    (files/vllm/requirements.lock, hash-checked), built by uv on the controller: the rig's full
+    argv is checked with that build's own parser while the lab serves on the CPU build.
+
+    Lives in ``<lab cache>/vllm-cuda-venv``, next to the lab's uv cache (one filesystem: uv
+    hard-links the wheels instead of copying ~9 GB). A venv already in sync is left as it is.
+    Raises ``subprocess.CalledProcessError`` with uv's message when the build fails.
+    """
+    cfg = cfg or LabConfig.from_env()
+    venv = cfg.cache_dir / "vllm-cuda-venv"
+    env = {**os.environ, "UV_CACHE_DIR": str(cfg.uv_cache_dir), "UV_PYTHON_DOWNLOADS": "never"}
+    uv = str(BIN / "uv")
+    if not (venv / "bin" / "python").exists():
+        subprocess.run([uv, "venv", "-q", "--python", "python3", str(venv)], env=env, check=True)
+    subprocess.run(
+        [uv, "pip", "sync", "-q", "--require-hashes", "--python", str(venv / "bin" / "python"),
+         str(REPO / "files" / "vllm" / "requirements.lock")],
+        env=env,
+        check=True,
+    )  # fmt: skip
+    return str(venv / "bin" / "python")

@@ -44,12 +44,25 @@ class UvSyncPending(FactBase):
     them (``["- setuptools==81.0.0", "+ setuptools==80.10.2"]``); ``[]`` means the venv matches
     the lock exactly. Runs ``uv pip sync --dry-run`` (measured: 0.4 s for vLLM's 193 packages).
     A lock that uv cannot read on the host is an error the caller reports (``["!error: ..."]``).
+    ``mislabelled``: distributions whose wheel's own WHEEL file names other tags than its file
+    name, so uv takes the installed copy for one built for another platform and plans to
+    reinstall the same version at every sync (``~ name==version``); that reinstall is not a
+    difference from the lock and is left out.
     """
 
-    def command(self, uv: str, python: str, lock: str, cache_dir: str, tmp_dir: str) -> str:
+    def command(
+        self,
+        uv: str,
+        python: str,
+        lock: str,
+        cache_dir: str,
+        tmp_dir: str,
+        mislabelled: tuple[str, ...] = (),
+    ) -> str:
         prefix = uv_env(cache_dir, tmp_dir)
+        tolerate = "".join(f"echo '@mislabelled {shlex.quote(name)}'; " for name in mislabelled)
         return (
-            f"if ! test -x {shlex.quote(python)}; then echo '@no-venv'; "
+            f"{tolerate}if ! test -x {shlex.quote(python)}; then echo '@no-venv'; "
             f"elif ! test -f {shlex.quote(lock)}; then echo '@no-lock'; "
             f"else {prefix} {shlex.quote(uv)} pip sync --dry-run --require-hashes --no-progress "
             f"--python {shlex.quote(python)} {shlex.quote(lock)} 2>&1 || echo '@error'; fi"
@@ -61,9 +74,18 @@ class UvSyncPending(FactBase):
             return None
         if "@no-lock" in lines:
             return ["+ (lock file not installed yet)"]
+        mislabelled = tuple(
+            x.split(" ", 1)[1] + "==" for x in lines if x.startswith("@mislabelled ")
+        )
+        lines = [x for x in lines if not x.startswith("@mislabelled ")]
         if "@error" in lines:
             return ["!error: " + " | ".join(x for x in lines if x and x != "@error")[-800:]]
-        return [line.strip() for line in lines if line.startswith((" + ", " - ", " ~ "))]
+        return [
+            line.strip()
+            for line in lines
+            if line.startswith((" + ", " - ", " ~ "))
+            and not (line.startswith(" ~ ") and line[3:].startswith(mislabelled))
+        ]
 
 
 class JsonFile(FactBase):
@@ -140,3 +162,26 @@ class AllowedCpus(FactBase):
     def process(self, output: list[str]) -> str | None:
         values = [line.strip() for line in output if line.strip()]
         return values[-1] if values else None
+
+
+class VenvDistributions(FactBase):
+    """Names of the distributions installed in the venv at ``venv`` (normalised: lower case,
+    ``-`` for ``_``), read from its ``*.dist-info`` directories; None when there is no venv."""
+
+    def command(self, venv: str) -> str:
+        q = shlex.quote(venv)
+        return (
+            f"test -d {q}/lib || {{ echo @absent; exit 0; }}; "
+            f"for d in {q}/lib/python*/site-packages/*.dist-info; do "
+            'test -d "$d" && basename "$d"; done'
+        )
+
+    def process(self, output: list[str]) -> list[str] | None:
+        if output[:1] == ["@absent"]:
+            return None
+        names = []
+        for line in output:
+            stem = line.strip().removesuffix(".dist-info")
+            if stem:
+                names.append(stem.rsplit("-", 1)[0].lower().replace("_", "-"))
+        return sorted(set(names))

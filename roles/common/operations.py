@@ -31,20 +31,36 @@ def fingerprint(*parts: Any) -> str:
 
 
 @operation()
-def uv_venv_synced(venv: str, lock: str, python: str, uv: str, cache_dir: str, tmp_dir: str):
+def uv_venv_synced(
+    venv: str,
+    lock: str,
+    python: str,
+    uv: str,
+    cache_dir: str,
+    tmp_dir: str,
+    mislabelled: tuple[str, ...] = (),
+):
     """Make the venv at ``venv`` hold exactly the packages of ``lock`` (hash-checked).
 
     + venv: venv directory (created with ``uv venv --python python`` when absent)
     + lock: requirements file on the host with ``--hash`` lines (``uv pip compile --generate-hashes``)
     + python: interpreter for a new venv (``python3`` or a path); uv never downloads one here
     + uv: path of the uv binary; cache_dir / tmp_dir: uv's wheel cache and temp directory
+    + mislabelled: distributions uv reinstalls at every sync because their wheel's WHEEL file
+      contradicts its file name (see :class:`UvSyncPending`); not counted as a difference
 
     A no-op when ``uv pip sync --dry-run`` reports nothing to do. Raises ``OperationError`` when
     uv cannot evaluate the lock (its message is included).
     """
     python_bin = f"{venv}/bin/python"
     pending = host.get_fact(
-        UvSyncPending, uv=uv, python=python_bin, lock=lock, cache_dir=cache_dir, tmp_dir=tmp_dir
+        UvSyncPending,
+        uv=uv,
+        python=python_bin,
+        lock=lock,
+        cache_dir=cache_dir,
+        tmp_dir=tmp_dir,
+        mislabelled=tuple(mislabelled),
     )
     if pending == []:
         host.noop(f"venv {venv} matches {lock}")

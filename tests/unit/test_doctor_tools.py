@@ -465,3 +465,64 @@ def test_the_report_renders_a_real_run_in_both_languages(cfg):
     assert "| decode, 1 user (MTP 3) | 128.2 tok/s |" in en
     assert "| 解码，1 个用户（MTP 3） | 128.2 tok/s |" in zh and "冷缓存：是" in zh
     assert "前缀缓存自检" in zh and "原帖数据来源" in zh
+
+
+# --- the GPU sections on the 2x H200 machine's real answers -----------------------------------------
+
+
+def replay(*names: str):
+    """A runner answering each command with what the H200 machine printed for exactly that
+    command line (tests/fixtures/h200x2/doctor/*-commands.txt, captured read-only)."""
+    from tests.captures import blocks
+
+    answers = {b.command: (b.exit_code, b.output) for n in names for b in blocks(n)}
+
+    def runner(argv, **_):
+        return answers[" ".join(argv)]
+
+    return runner
+
+
+def test_gpu_and_nvlink_sections_on_the_h200s(settings):
+    settings.update(nvidia_gpu_count=2, nvlink_expected_links=18, nvidia_power_limit_w=None)
+    cfg = doctor_config(settings, MODEL)
+    runner = replay("h200x2/doctor/doctor-commands.txt")
+    gpus = doctor.check_gpus(cfg, runner)
+    (v,) = gpus.verdicts
+    assert v.id == "gpus" and v.what == (
+        "2 GPU(s): NVIDIA H200; persistence on; power limit 700 W; 33 C, 34 C"
+    )
+    assert gpus.facts["holders"] == [] and gpus.facts["gpus"][1]["power_draw_w"] == 81.03
+    nvlink = doctor.check_nvlink(cfg, runner)
+    assert [v.what for v in nvlink.verdicts] == [
+        "NVLink: 18 link(s) per GPU active, NV18 between the GPUs"
+    ]
+    assert len(nvlink.facts["errors"]) == 108 and not any(
+        e["count"] for e in nvlink.facts["errors"]
+    )
+    settings["nvidia_power_limit_w"] = 290
+    warned = doctor.check_gpus(doctor_config(settings, MODEL), runner)
+    assert "gpu-power-limit" in [v.id for v in warned.verdicts]
+
+
+def test_the_bench_and_the_report_read_the_h200s(settings):
+    settings.update(nvidia_gpu_count=2)
+    cfg = doctor_config(settings, MODEL)
+    runner = replay("h200x2/doctor/report-bench-commands.txt")
+    read = bench.read_gpus(cfg, bench.Host(runner=runner))
+    assert [g["temperature_c"] for g in read] == [33.0, 34.0]
+    assert bench.gpu_line(read) == (
+        "GPU 0 33 C, 345 MHz, 76.56 W of 700 W; GPU 1 34 C, 345 MHz, 81 W of 700 W"
+    )
+    both = replay("h200x2/doctor/report-bench-commands.txt", "h200x2/doctor/doctor-commands.txt")
+    gpus, links = report.read_gpus(both)
+    assert [g["name"] for g in gpus] == ["NVIDIA H200", "NVIDIA H200"]
+    assert gpus[0]["serial"] == "1650000000001" and gpus[0]["memory_mib"] == 143771.0
+    assert links == {"active": {0: 18, 1: 18}, "pair": "NV18"}
+    f = {**facts(cfg), "gpus": gpus, "links": links, "secrets": ("1650000000001", "1650000000002")}
+    post = report.render(f, "en")
+    assert (
+        "2x NVIDIA H200, 140 GiB VRAM each, power limit 700 W; NVLink: 18 links per GPU (NV18)"
+        in post
+    )
+    assert "1650000000001" not in post and "GPU-00000000" not in post

@@ -615,6 +615,41 @@ _KERNEL_LOG: list[Signature] = [
         reference="NVIDIA Xid catalogue",
     ),
     Signature(
+        id="process-trap",
+        source="kernel-log",
+        severity=FAIL,
+        what="{proc} crashed in native code ({trap} in {lib})",
+        why="a CPU fault in a compiled library killed it; a process that dies this way leaves no "
+        "Python error, so vLLM's journal only says that a worker died{hint}",
+        fix="{fix}",
+        pattern=r"traps: (?P<proc>\S+?)\[\d+\] trap (?P<trap>[a-z ]+?) ip:\S+ sp:\S+ "
+        r"error:\S+ in (?P<lib>[^\[\s]+)",
+        derive=lambda f: (
+            {
+                "hint": ": seen with vLLM 0.22.1's CPU build running two tensor-parallel workers on "
+                "a two-CPU machine (one CPU each), where one worker serves",
+                "fix": "serve with vllm_tensor_parallel_size = 1 on this machine, then converge",
+            }
+            if "VLLM::Worker" in (f.get("proc") or "") and "_C" in (f.get("lib") or "")
+            else {"hint": "", "fix": "report the line with the program's version to its authors"}
+        ),
+        reference="Linux arch/x86/kernel/traps.c ('traps: %s[%d] trap %s ip:%lx sp:%lx error:%lx "
+        "in ...'); captured on this project's machine: tests/fixtures/vllm-cpu/"
+        "dmesg-worker-trap.txt",
+    ),
+    Signature(
+        id="oom-kill",
+        source="kernel-log",
+        severity=FAIL,
+        what="the kernel's OOM killer killed {proc} (pid {pid})",
+        why="the machine ran out of memory; a vLLM worker killed this way leaves no error of its "
+        "own in vLLM's journal",
+        fix="free memory (another mode's services, a desktop session) or lower what vLLM reserves "
+        "(vllm_gpu_memory_utilization; vllm_cpu_memory_utilization on the CPU build)",
+        pattern=r"Out of memory: Killed process (?P<pid>\d+) \((?P<proc>[^)]+)\)",
+        reference="Linux mm/oom_kill.c ('Out of memory: Killed process %d (%s)')",
+    ),
+    Signature(
         id="module-rejected",
         source="kernel-log",
         severity=FAIL,
@@ -1165,8 +1200,9 @@ def _memory_where(f: dict[str, Any]) -> dict[str, str]:
         "desktop session, a second vLLM)"
     )
     fix = (
-        "lower vllm_gpu_memory_utilization (on the CPU engine it is the fraction of the "
-        "machine's memory vLLM reserves) or stop what uses the memory, then converge"
+        "lower vllm_cpu_memory_utilization (the CPU build's --gpu-memory-utilization: the "
+        "fraction of the machine's memory vLLM reserves) or stop what uses the memory, then "
+        "converge"
         if cpu
         else "stop what holds the GPU memory (`sudo rigup-mode llm` stops the media mode's "
         "services), or lower vllm_gpu_memory_utilization within the VRAM budget, then start "
@@ -1223,9 +1259,9 @@ _VLLM_LOG: list[Signature] = [
         source="vllm-log",
         severity=FAIL,
         what="the engine refused to start: {free} of {total} GiB free in {where}, "
-        "{requested} GiB requested (vllm_gpu_memory_utilization {util})",
-        why="vLLM reserves vllm_gpu_memory_utilization of the whole memory at start-up and that "
-        "much is not free: {holders}",
+        "{requested} GiB requested (--gpu-memory-utilization {util})",
+        why="vLLM reserves that fraction of the whole memory at start-up and that much is not "
+        "free: {holders}",
         fix="{memory_fix}",
         pattern=r"(?:Free|Available) memory on (?:device|node) (?P<device>\S+) \("
         + _GIB.format("free")
@@ -2171,7 +2207,7 @@ _UNIT_STATE: list[Signature] = [
         id="service/crash-loop",
         source="unit-state",
         severity=FAIL,
-        what="{unit} is crash-looping ({n} restart(s), now {state})",
+        what="{unit} is crash-looping ({state}, restarted {n} time(s) so far)",
         why="it exits during start-up and systemd starts it again every {restart_sec} s; its "
         "journal says why (below)",
         fix="fix what the journal names; `journalctl -u {unit} -b` shows every attempt",

@@ -174,13 +174,35 @@ def lines_to_explain(state: Mapping[str, Any], unit_runs: list[tuple[str, list[s
     return [line for _, lines in unit_runs[-2:] for line in lines]
 
 
-def explain(state: Mapping[str, Any], journal: list[str], **fields: Any) -> list[diagnosis.Verdict]:
+#: Verdicts of a unit's journal that leave the cause to the kernel log (a process killed by a
+#: signal or the OOM killer writes no error of its own).
+SILENT_DEATHS = ("vllm-worker-died", "vllm-engine-failed")
+#: What the kernel log can add to them.
+KERNEL_CAUSES = ("process-trap", "oom-kill")
+
+
+def kernel_argv(lines: int = 300) -> list[str]:
+    """This boot's last kernel messages (``journalctl -k``)."""
+    return ["journalctl", "-k", "-b", "-n", str(lines), "--no-pager", "-o", "cat"]
+
+
+def explain(
+    state: Mapping[str, Any],
+    journal: list[str],
+    kernel: list[str] | None = None,
+    **fields: Any,
+) -> list[diagnosis.Verdict]:
     """The unit's verdict and, for a unit with a journal classifier (vLLM), what its journal
     says; a unit that is not up and whose journal nothing recognises gets its last lines as
-    evidence."""
+    evidence. When the journal says only that a process died, ``kernel`` (this boot's kernel
+    messages) may say how: a CPU trap or the OOM killer."""
     verdicts = diagnosis.classify_unit(state)
     source = LOG_SOURCES.get(str(state.get("unit")))
     logged = diagnosis.classify_vllm_log("\n".join(journal), **fields) if source else []
+    if kernel and any(v.id in SILENT_DEATHS for v in logged):
+        logged += [
+            v for v in diagnosis.classify_kernel_log("\n".join(kernel)) if v.id in KERNEL_CAUSES
+        ]
     up = any(v.id == "service/up" for v in verdicts)
     if up:  # a running service: only what is wrong now counts (not start-up notes)
         logged = [v for v in logged if v.severity != diagnosis.OK]
@@ -193,6 +215,12 @@ def explain(state: Mapping[str, Any], journal: list[str], **fields: Any) -> list
             for v in verdicts
         ]
     return verdicts + logged
+
+
+def read_kernel(runner: Runner = run) -> list[str]:
+    """This boot's kernel messages ([] where the kernel log cannot be read: a container)."""
+    code, out = runner(kernel_argv())
+    return out.splitlines() if code == 0 else []
 
 
 def read_unit(unit: str, runner: Runner = run, journal_lines: int = 400, **extra: Any):

@@ -318,7 +318,8 @@ def check_services(cfg: dict, runner: Runner = run, holders: str = "") -> Sectio
                 extra["arm"], extra["dropin"] = arm
             state, journal = units.read_unit(unit, runner, **extra)
             fields = {"holders": holders} if holders else {}
-            section.verdicts += units.explain(state, journal, **fields)
+            kernel = units.read_kernel(runner) if state.get("active") != "inactive" else []
+            section.verdicts += units.explain(state, journal, kernel, **fields)
             facts[unit] = {
                 k: state.get(k) for k in ("active", "sub", "result", "restarts", "enabled")
             }
@@ -521,6 +522,8 @@ def render(sections: list[Section], evidence: int = 4) -> str:
     a fault beneath it, and a last line with the status."""
     out = []
     for s in sections:
+        if not s.verdicts:
+            continue  # a section that does not apply here (no NVLink with fewer than 2 GPUs)
         out.append(f"== {s.name}: {s.status.upper()}")
         for v in s.verdicts:
             out.append(f"  {v.severity.upper():4} {v.what}")

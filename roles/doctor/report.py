@@ -196,7 +196,7 @@ def gather(cfg: dict, run_doctor: bool = True, runner=doctor.run) -> dict[str, A
         "model": cfg["vllm"].get("model") or {},
         "serve_args": cfg["vllm"]["serve_args"],
         "device": cfg["vllm"].get("device"),
-        "bench": bench.latest(cfg["bench"]["results"]),
+        "bench": bench.latest(cfg["bench"]["results"], complete=True),
         "doctor": None,
     }
     if run_doctor:
@@ -326,8 +326,9 @@ def bench_section(f: dict, zh: bool) -> str:
         out += ["| 项目 | 原帖 | 本机 | 测法 |", "| --- | --- | --- | --- |"]
         for r in arm["rows"]:
             label, seed, value, _ = bench.row_cells(r)
+            base = f"{r['baseline']['concurrency']} -> " if r.get("baseline") else ""
             how = (
-                f"并发 {r['concurrency']}，输入 {r['input_len']:,} / 输出 {r['output_len']:,}，"
+                f"并发 {base}{r['concurrency']}，输入 {r['input_len']:,} / 输出 {r['output_len']:,}，"
                 f"{r['prompts']} 个请求；{ZH_HOW[r['figure']]}"
             )
             if r.get("cold") is not None:
@@ -359,13 +360,15 @@ def doctor_section(f: dict, zh: bool) -> str:
         head = (
             f"rigup-doctor：{ZH_SEVERITY[d['status']]}（故障 {counts['fail']}，警告 {counts['warn']}，"
             f"正常 {counts['ok']}）；各部分："
-            + "，".join(f"{s['name']} {ZH_SEVERITY[s['status']]}" for s in d["sections"])
+            + "，".join(
+                f"{s['name']} {ZH_SEVERITY[s['status']]}" for s in d["sections"] if s["verdicts"]
+            )
         )
     else:
         head = (
             f"rigup-doctor: {d['status'].upper()} ({counts['fail']} failure(s), "
             f"{counts['warn']} warning(s), {counts['ok']} ok); sections: "
-            + ", ".join(f"{s['name']} {s['status']}" for s in d["sections"])
+            + ", ".join(f"{s['name']} {s['status']}" for s in d["sections"] if s["verdicts"])
         )
     lines = [head]
     for v in verdicts:

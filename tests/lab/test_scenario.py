@@ -677,44 +677,47 @@ def test_an_interrupted_arm_restores_the_configured_service(converged):
     assert lab.ssh("rigup-doctor --only services", check=False).returncode == 0
 
 
-#: a deliberately broken unit: (how, the verdicts rigup-doctor must give, seconds to wait)
+#: a deliberately broken unit: (how, the verdicts rigup-doctor must give, whether it fails only
+#: at a request)
 DOCTOR_BREAKS = {
     "engine refused for memory": (
         "sed -i 's/--gpu-memory-utilization 0.05/--gpu-memory-utilization 0.99/' "
         "/etc/systemd/system/vllm.service",
         {"vllm-memory-below-request"},
+        False,
     ),
     "wrong kv-cache dtype": (
         "sed -i 's/--max-model-len /--kv-cache-dtype fp8_e4m3 --max-model-len /' "
         "/etc/systemd/system/vllm.service",
         {"vllm-kv-dtype/cpu"},
+        True,
     ),
 }
 
 
 @pytest.mark.parametrize("what", list(DOCTOR_BREAKS))
 def test_doctor_names_the_fault_of_a_broken_unit(converged, what):
-    """The unit edited by hand (vLLM refused for memory; an FP8 KV cache the CPU engine cannot
-    run) and restarted: rigup-doctor exits 2 naming the service's state and the journal's cause
-    with its fix. The unit is put back afterwards."""
+    """The unit edited by hand (vLLM refused for memory; an FP8 KV cache the CPU engine runs
+    into at the first request) and restarted: rigup-doctor exits 2 naming the service's state
+    and the journal's cause with its fix. The unit is put back afterwards."""
     lab = converged
-    command, expected = DOCTOR_BREAKS[what]
+    command, expected, at_request = DOCTOR_BREAKS[what]
     lab.ssh("rigup-mode llm && cp /etc/systemd/system/vllm.service /root/vllm.service.good")
+    port = serving.lab_vllm_port(lab.cfg)
+    request = (
+        f"timeout 90 curl -s -o /dev/null http://127.0.0.1:{port}/v1/completions -H "
+        "'Content-Type: application/json' -d "
+        '\'{"model": "qwen3.6-27b", "prompt": "Hello", "max_tokens": 4}\''
+    )
     try:
         lab.ssh(
             f"{command} && systemctl daemon-reload && systemctl restart --no-block vllm.service"
         )
-        port = serving.lab_vllm_port(lab.cfg)
         found: list[str] = []
-        for _ in range(60):
-            # a request: the FP8 KV cache fails at the first one (the CPU engine's kernels)
-            lab.ssh(
-                f"curl -s -m 60 -o /dev/null http://127.0.0.1:{port}/v1/completions -H "
-                "'Content-Type: application/json' -d "
-                '\'{"model": "qwen3.6-27b", "prompt": "Hello", "max_tokens": 4}\'',
-                check=False,
-                timeout=120,
-            )
+        started = time.monotonic()
+        while time.monotonic() - started < 600:
+            if at_request:
+                lab.ssh(request, check=False, timeout=150)
             code, result, _ = _doctor(lab)
             found = _ids(result, "services")
             if expected <= set(found):
@@ -724,8 +727,9 @@ def test_doctor_names_the_fault_of_a_broken_unit(converged, what):
         print(f"\n{what}: " + " | ".join(p for p in _problems(result) if "vllm" in p.lower()))
     finally:
         lab.ssh(
-            "cp /root/vllm.service.good /etc/systemd/system/vllm.service && "
-            "systemctl daemon-reload && systemctl reset-failed vllm.service; rigup-mode llm",
+            "systemctl stop vllm.service; cp /root/vllm.service.good "
+            "/etc/systemd/system/vllm.service && systemctl daemon-reload && "
+            "systemctl reset-failed vllm.service; rigup-mode llm",
             check=False,
             timeout=900,
         )

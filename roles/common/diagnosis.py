@@ -13,8 +13,13 @@ fields in braces (``{bus}``): the regular expression's named groups, ``context``
 searched in the whole text, and what ``derive`` computes from them. The order of
 :data:`SIGNATURES` is the priority: the first signature that recognises a line names it.
 
-New sources (vLLM's journal, its /metrics) add rows to the same table and call
-:func:`classify_lines` or :func:`classify_state`.
+The sources: nvidia-smi, the kernel log (Xid events, module loading, CPU traps, the OOM killer),
+DKMS, mokutil and the driver state (the NVIDIA layer); vLLM's journal (why the engine did not
+start or died: :func:`classify_vllm_log`), a window of vLLM's /metrics (prefix cache,
+speculative decoding, preemptions, KV cache: :func:`classify_metrics`), the GPUs' and NVLink's
+state, a systemd service's state (crash loops: :func:`classify_unit`), free disk and a venv
+against its lock (rigup-doctor, roles/doctor). A source's rows are read by
+:func:`classify_lines` (text) or :func:`classify_state` (structured state).
 """
 
 from __future__ import annotations
@@ -626,9 +631,11 @@ _KERNEL_LOG: list[Signature] = [
         r"error:\S+ in (?P<lib>[^\[\s]+)",
         derive=lambda f: (
             {
-                "hint": ": seen with vLLM 0.22.1's CPU build running two tensor-parallel workers on "
-                "a two-CPU machine (one CPU each), where one worker serves",
-                "fix": "serve with vllm_tensor_parallel_size = 1 on this machine, then converge",
+                "hint": ": seen with vLLM 0.22.1's CPU build when tensor parallel 2 split the "
+                "INT4 (AutoRound) groups of a checkpoint between the workers (the lab's tiny "
+                "model, value head dim 32: a divide error in _C_AVX512.abi3.so)",
+                "fix": "serve with vllm_tensor_parallel_size = 1, or a checkpoint whose "
+                "quantization groups each stay whole on one tensor-parallel rank",
             }
             if "VLLM::Worker" in (f.get("proc") or "") and "_C" in (f.get("lib") or "")
             else {"hint": "", "fix": "report the line with the program's version to its authors"}

@@ -529,8 +529,9 @@ def test_the_bench_and_the_report_read_the_h200s(settings):
 
 
 def test_a_worker_killed_by_a_cpu_trap_is_named_from_the_kernel_log():
-    """The lab's journal (two CPU-build workers on two CPUs) says only that a worker died; this
-    machine's kernel log says how: a divide error in vLLM's _C_AVX512 kernels."""
+    """The lab's journal (the CPU build at tensor parallel 2, the tiny checkpoint's INT4 groups
+    split between the workers) says only that a worker died; this machine's kernel log says how:
+    a divide error in vLLM's _C_AVX512 kernels."""
     state = units.unit_state(
         {
             "Id": "vllm.service",
@@ -550,7 +551,8 @@ def test_a_worker_killed_by_a_cpu_trap_is_named_from_the_kernel_log():
     assert ids(verdicts) == ["service/crash-loop", "vllm-worker-died", "process-trap"]
     trap = verdicts[-1]
     assert trap.what == "VLLM::Worker_TP crashed in native code (divide error in _C_AVX512.abi3.so)"
-    assert "vllm_tensor_parallel_size = 1" in trap.fix and len(trap.evidence) == 2
+    assert "vllm_tensor_parallel_size = 1" in trap.fix and "INT4" in trap.why
+    assert len(trap.evidence) == 2
 
 
 def test_the_oom_killer_is_named():
@@ -568,3 +570,34 @@ def test_the_report_takes_the_latest_complete_run(tmp_path):
     assert bench.latest(str(tmp_path))["interrupted"] == "SIGTERM"
     assert bench.latest(str(tmp_path), complete=True)["path"].endswith("20261130T170000Z.json")
     assert bench.latest(str(tmp_path / "none")) is None
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "roles/common/diagnosis.py",
+        "roles/common/units.py",
+        "roles/nvidia/parsers.py",
+        "roles/doctor/metrics.py",
+        "roles/doctor/checks.py",
+        "roles/doctor/bench.py",
+        "roles/doctor/report.py",
+    ],
+)
+def test_host_libraries_need_only_the_standard_library(module):
+    """They run on the host with its own python3 (roles/doctor LIBRARIES); rigup's own modules
+    are imported under their host names, with the controller's path as the fallback."""
+    import ast
+    import sys
+
+    tree = ast.parse((FIXTURES.parents[1] / module).read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module.split(".")[0])
+    foreign = {
+        n for n in names if n not in sys.stdlib_module_names and not n.startswith("rigup_")
+    } - {"__future__", "roles"}
+    assert not foreign, foreign

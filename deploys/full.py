@@ -7,6 +7,7 @@ has its own deploy file (deploys/<component>.py) for partial runs.
 
 from roles.base import base
 from roles.comfyui import comfyui
+from roles.doctor import doctor
 from roles.model import model, model_store
 from roles.modes import modes
 from roles.nvidia import nvidia
@@ -22,4 +23,5 @@ llm = model(settings, store)  # the LLM checkpoint, placed verified and set up f
 vllm(settings, llm, gpu)  # vLLM 0.22.1 venv, flags and checkpoint checked by vLLM, vllm.service
 voxcpm(settings, store, gpu)  # VoxCPM2: CPython 3.12 (uv), locked venv, model, voxcpm.service
 comfyui(settings, store, gpu)  # ComfyUI at a pinned commit, locked venv, models, comfyui.service
-modes(settings)  # last: rigup-llm/rigup-media targets, rigup-mode, boot mode; starts a mode
+modes(settings)  # rigup-llm/rigup-media targets, rigup-mode, boot mode; starts a mode
+doctor(settings, llm)  # rigup-doctor, rigup-bench (vLLM's bench serve), rigup-report

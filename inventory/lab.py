@@ -47,6 +47,18 @@ lab = [
             # state directory on this controller, never beside the shipped manifests
             "hf_endpoint": hub_endpoint(_cfg),
             "model_lock_dir": str(_cfg.state_dir / "model-locks"),
+            # --- rigup-doctor / rigup-bench (roles/doctor) ---
+            # the lab's disk is the controller's, shared with other labs: warn when it is tight
+            "doctor_disk_warn_gib": 5.0,
+            # an A/B arm the CPU build can run (it runs neither MTP nor NCCL): another cap on the
+            # prompt tokens prefilled per step, so the arm's drop-in replaces ExecStart
+            "bench_arms": {
+                "prefill-cap-512": {
+                    "what": "long prefills capped at 512 tokens per step",
+                    "settings": {"vllm_long_prefill_token_threshold": 512},
+                    "rows": ["prefill-2k"],
+                },
+            },
             # --- VoxCPM2 (lab/voxcpm_lab.py): the lab gets no GitHub and no Hugging Face ---
             # CPython 3.11.2 from Debian 12's packages, installed by the same `uv python install`
             "voxcpm_python_version": LAB_PYTHON_VERSION,

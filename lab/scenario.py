@@ -113,6 +113,7 @@ LLM_MODE_SUITES = (
     "tests/infra/test_vllm.py",
     "tests/infra/test_vllm_serving.py",
     "tests/infra/test_modes.py",
+    "tests/infra/test_doctor.py",
 )
 
 

@@ -21,8 +21,10 @@ from pyinfra import host
 
 from roles.base import settings as base_settings
 from roles.comfyui import settings as comfyui_settings
+from roles.common import diagnosis
 from roles.common.checks import Check, SettingsError, contains
 from roles.common.converge import hold_converge_lock
+from roles.doctor import settings as doctor_settings
 from roles.model import settings as model_settings
 from roles.model.manifest import ManifestError, load_manifest
 from roles.modes import settings as modes_settings
@@ -43,6 +45,7 @@ ROLE_SETTINGS: tuple[ModuleType, ...] = (
     voxcpm_settings,
     comfyui_settings,
     modes_settings,
+    doctor_settings,
 )
 
 RULES: dict[str, Check] = {k: c for m in ROLE_SETTINGS for k, c in m.RULES.items()}
@@ -132,12 +135,13 @@ def gpu_capability(values: Mapping[str, Any]) -> list[str]:
     dtype = values["vllm_kv_cache_dtype"]
     need = KV_CACHE_MIN_COMPUTE_CAPABILITY.get(dtype)
     if need and _capability(capability) < need:
+        # what vLLM would say at start-up, in the diagnosis library's words
+        sig = diagnosis.by_id("vllm-kv-dtype/fp8e4nv", "vllm-log")
         return [
             f"vllm_kv_cache_dtype: {dtype} (FP8 E4M3) needs compute capability "
             f"{need[0]}.{need[1]} or newer and these GPUs are {capability} "
-            '(nvidia_gpu_compute_capability): vLLM would die at start-up with "type fp8e4nv not '
-            'supported in this architecture". Use vllm_kv_cache_dtype = "fp8_e5m2" (the same '
-            "memory; the seed runs it on its RTX 3090s)"
+            f"(nvidia_gpu_compute_capability): vLLM would die at start-up: {sig.why}. "
+            f"Fix: {sig.fix}"
         ]
     return []
 

@@ -280,3 +280,69 @@ comfyui_models = [
     "ltx-2.3-distilled-lora",
     "ltx-2-gemma-3-12b",
 ]
+
+# --- Doctor and benchmark (rigup-doctor, rigup-bench, rigup-report) -------------------------
+doctor_window_s = 5  # rigup-doctor reads vLLM's /metrics twice, this many seconds apart
+# rigup-doctor warns below this much free space on the model store and the uv cache: a vLLM venv
+# rebuild needs ~5 GB (measured: 4.6 GB venv), a new Qwen3.6-27B INT4 revision ~17 GB.
+doctor_disk_warn_gib = 20.0
+# The seed's benchmark, as rigup-bench reproduces it with vLLM's own `vllm bench serve` against
+# the running service. Each row's figure is read from vLLM's result JSON (roles/doctor/settings.py
+# FIGURES): decode = 1000 / median TPOT; prefill = input tokens / median TTFT; throughput =
+# output tokens / duration (all users); e2e = median end-to-end latency, at baseline_concurrency
+# first ("3 s -> 5 s"); cold-ttft = median TTFT of prompts no cache has seen (a fresh cache_salt
+# and --seed per run, proven cold by vllm:prefix_cache_hits_total not moving). The lengths and
+# prompt counts are rigup's choice where the seed gives none.
+bench_seed_source = (
+    "seed: the rig owner's post (2x RTX 3090 + NVLink bridge at 290 W, Ubuntu 26.04, vLLM 0.22.1, "
+    "Qwen3.6-27B AutoRound INT4, fp8_e5m2 KV cache, MTP 3 tokens)"
+)
+bench_rows = [
+    # seed: 128.2 tok/s (also the 2x3090 log's "Avg generation throughput: 128.2 tokens/s")
+    {"id": "decode-1", "label": "decode, 1 user (MTP 3)", "figure": "decode",
+     "concurrency": 1, "input_len": 512, "output_len": 1024, "prompts": 4, "seed": 128.2},
+    # seed: ~2094 tok/s prefill at 2K
+    {"id": "prefill-2k", "label": "prefill at 2K", "figure": "prefill",
+     "concurrency": 1, "input_len": 2048, "output_len": 1, "prompts": 4, "seed": 2094},
+    # seed: 258 tok/s aggregate with 4 users
+    {"id": "users-4", "label": "4 users", "figure": "throughput",
+     "concurrency": 4, "input_len": 512, "output_len": 512, "prompts": 16, "seed": 258},
+    # seed: latency 3 s with 1 user -> 5 s with 8 users
+    {"id": "users-8", "label": "8 users", "figure": "e2e",
+     "concurrency": 8, "input_len": 512, "output_len": 256, "prompts": 32, "seed": 5.0,
+     "baseline_concurrency": 1, "seed_from": 3.0},
+    # seed: 15.2 s to the first token of a 32K prompt nothing had cached
+    {"id": "cold-32k", "label": "32K cold TTFT", "figure": "cold-ttft",
+     "concurrency": 1, "input_len": 32768, "output_len": 1, "prompts": 2, "seed": 15.2},
+]  # fmt: skip
+bench_seed_acceptance = 0.777  # seed: MTP 3 acceptance 77.7 % (the 2x3090 log says the same)
+# A/B arms: `sudo rigup-bench --arm NAME` restarts vllm.service with a temporary drop-in (under
+# /run) that sets `env`, unsets `unset` and changes `settings` (vLLM flags, checked like the
+# rest), runs the rows, then restores the configured service and verifies it, also when
+# interrupted. seed: the owner's A/B figures for the decode row.
+bench_arms = {
+    "nvlink-off": {
+        "what": "NVLink off: NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce",
+        "env": {
+            "NCCL_P2P_DISABLE": "1",
+            "RIGUP_VLLM_INTERCONNECT_ARGS": "--disable-custom-all-reduce",
+        },
+        "unset": ["NCCL_P2P_LEVEL"],
+        "seed": {"decode-1": 128.8},  # seed: 128.2 with NVLink vs 128.8 without, at 2K
+    },
+    "mtp-1": {
+        "what": "MTP with 1 speculative token",
+        "settings": {"vllm_speculative_config": {"method": "mtp", "num_speculative_tokens": 1}},
+        "seed": {"decode-1": 128.7},  # seed: MTP n = 1/2/3 -> 128.7/128.9/128.9 tok/s
+    },
+    "mtp-2": {
+        "what": "MTP with 2 speculative tokens",
+        "settings": {"vllm_speculative_config": {"method": "mtp", "num_speculative_tokens": 2}},
+        "seed": {"decode-1": 128.9},
+    },
+    "mtp-3": {
+        "what": "MTP with 3 speculative tokens",
+        "settings": {"vllm_speculative_config": {"method": "mtp", "num_speculative_tokens": 3}},
+        "seed": {"decode-1": 128.9},
+    },
+}

@@ -16,6 +16,8 @@ class Layout:
       (``rigup_state_dir``); tmp: build temp files off the tmpfs /tmp (``rigup_tmp_dir``)
     + uv_cache: uv's wheel cache; uv_venv / uv: the pinned uv and its venv
     + checks: stamps of passed on-host checks (``<state>/checks``)
+    + bin, lib: rigup's commands shared by every service (rigup-start, rigup-explain,
+      wait-ready) and the standard-library modules they import (rigup_diagnosis, rigup_units)
     """
 
     prefix: str
@@ -26,6 +28,8 @@ class Layout:
     uv_venv: str
     uv: str
     checks: str
+    bin: str
+    lib: str
 
     @classmethod
     def from_data(cls, data: Any) -> Layout:
@@ -42,6 +46,8 @@ class Layout:
             uv_venv=f"{prefix}/uv",
             uv=f"{prefix}/uv/bin/uv",
             checks=f"{state}/checks",
+            bin=f"{prefix}/bin",
+            lib=f"{prefix}/lib",
         )
 
 

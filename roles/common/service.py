@@ -346,17 +346,33 @@ def require_port_free(spec: ServiceSpec) -> None:
         )
 
 
+#: rigup's diagnosis library and unit reader, installed in ``<prefix>/lib`` for rigup-explain
+HOST_LIBRARIES = {
+    "rigup_diagnosis.py": Path(__file__).with_name("diagnosis.py"),
+    "rigup_units.py": Path(__file__).with_name("units.py"),
+}
+
+
 def service_tools(settings: Any) -> None:
-    """``<prefix>/bin/wait-ready`` (the readiness wait of every service unit, ExecStartPost=)
-    and ``<prefix>/bin/rigup-start`` (start or restart units, failing with the journal unless
-    each is up afterwards)."""
-    prefix = Layout.from_data(settings).prefix
-    files.directory(name=f"Directory {prefix}/bin", path=f"{prefix}/bin", mode="755")
-    for script, what in (("wait-ready", "service readiness"), ("rigup-start", "honest starts")):
+    """``<prefix>/bin/wait-ready`` (the readiness wait of every service unit, ExecStartPost=),
+    ``<prefix>/bin/rigup-start`` (start or restart units, failing with the journal unless
+    each is up afterwards) and ``<prefix>/bin/rigup-explain`` (why a unit is not up: the
+    diagnosis library's verdicts, which rigup-start prints), with the libraries it imports in
+    ``<prefix>/lib``."""
+    layout = Layout.from_data(settings)
+    for path in (layout.bin, layout.lib):
+        files.directory(name=f"Directory {path}", path=path, mode="755")
+    for name, src in HOST_LIBRARIES.items():
+        files.put(name=f"Library {name}", src=str(src), dest=f"{layout.lib}/{name}", mode="644")
+    for script, what in (
+        ("wait-ready", "service readiness"),
+        ("rigup-start", "honest starts"),
+        ("rigup-explain", "why a unit is not up"),
+    ):
         files.put(
             name=f"Script {script} ({what})",
             src=str(FILES / script),
-            dest=f"{prefix}/bin/{script}",
+            dest=f"{layout.bin}/{script}",
             mode="755",
         )
 

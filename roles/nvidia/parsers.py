@@ -283,6 +283,26 @@ def parse_nvlink_status(text: str) -> list[GpuLinks]:
     return gpus
 
 
+_ERROR_LINE = re.compile(r"^Link (\d+): (.+?) Errors?: (\d+)\s*$")
+
+
+def parse_nvlink_errors(text: str) -> list[dict]:
+    """Parse ``nvidia-smi nvlink -e`` (per GPU, per link: ``Link 0: Replay Errors: 0``,
+    ``Recovery Errors``, ``CRC Errors``) into ``[{"gpu": 0, "link": 0, "kind": "Replay",
+    "count": 0}]``; lines of another shape are skipped."""
+    found: list[dict] = []
+    gpu: int | None = None
+    for raw in strip_ansi(text).splitlines():
+        line = raw.strip()
+        if m := _GPU_LINE.match(line):
+            gpu = int(m.group(1))
+        elif (m := _ERROR_LINE.match(line)) and gpu is not None:
+            found.append(
+                {"gpu": gpu, "link": int(m.group(1)), "kind": m.group(2), "count": int(m.group(3))}
+            )
+    return found
+
+
 # --- nvidia-smi topo -m / topo -p2p r ---------------------------------------------------------
 
 

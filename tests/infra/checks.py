@@ -53,3 +53,12 @@ def env_file_values(host, path: str, group: str, deploy: str) -> dict[str, str]:
     return dict(
         x.split("=", 1) for x in f.content_string.splitlines() if x and not x.startswith("#")
     )
+
+
+def explain(host, unit: str) -> str:
+    """Why ``unit`` is not up, in the diagnosis library's words: ``rigup-explain`` on the host
+    (what rigup-start prints when a start fails), for assertion messages."""
+    out = host.run(f"/opt/rigup/bin/rigup-explain {unit}")
+    return (
+        out.stdout + out.stderr
+    ).strip() or f"rigup-explain {unit} printed nothing (rc {out.rc})"

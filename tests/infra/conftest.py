@@ -211,7 +211,8 @@ def has_gpus(data) -> bool:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
-    """On a failing test marked ``@pytest.mark.unit("x.service")``, attach that unit's journal."""
+    """On a failing test marked ``@pytest.mark.unit("x.service")``, attach that unit's journal
+    and what the diagnosis library says about it (rigup-explain)."""
     report = yield
     marker = item.get_closest_marker("unit")
     if report.failed and call.when == "call" and marker and "host" in item.funcargs:
@@ -222,6 +223,8 @@ def pytest_runtest_makereport(item, call):
             f"systemctl status {shlex.quote(unit)} --no-pager 2>&1"
         )
         report.sections.append((f"journal of {unit}", out.stdout))
+        verdicts = tb.run(f"/opt/rigup/bin/rigup-explain {shlex.quote(unit)} 2>&1")
+        report.sections.append((f"rigup-explain {unit}", verdicts.stdout))
     return report
 
 

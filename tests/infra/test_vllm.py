@@ -16,6 +16,7 @@ from tests.infra.checks import (
     check_unit_properties,
     check_venv_matches_lock,
     env_file_values,
+    explain,
 )
 
 UNIT = "vllm.service"
@@ -164,7 +165,8 @@ def test_service_state_follows_gpus_and_the_mode(host, has_gpus, data):
         assert svc.is_enabled, f"{UNIT} should be enabled (linked into rigup-llm.target)"
         llm = host.run("systemctl is-active rigup-llm.target").stdout.strip() == "active"
         assert svc.is_running == llm, (
-            f"{UNIT} {'is not' if llm else 'is'} running in the {'llm' if llm else 'media'} mode"
+            f"{UNIT} {'is not' if llm else 'is'} running in the {'llm' if llm else 'media'} mode: "
+            + explain(host, UNIT)
         )
         if llm:
             out = host.run(f"curl -fsS -o /dev/null -w '%{{http_code}}' {health_url(data)}")

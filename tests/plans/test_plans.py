@@ -78,6 +78,13 @@ def test_fresh_rig_plans_every_component_in_order(fresh_rig):
         "GPU modes | Switch command rigup-mode",
         "GPU modes | rigup-llm.target is the boot mode",
         "GPU modes | A mode is running (llm when none is)",
+        "Doctor | Command rigup-doctor",
+        "Doctor | Command rigup-bench",
+        "Doctor | Command rigup-report",
+        "Doctor | doctor.json (what the doctor, the benchmark and the report know of this host)",
+        "Doctor | Bench arm nvlink-off.conf",
+        "Doctor | Bench arm mtp-1.conf",
+        "Doctor | Check the bench arms' serve arguments with vLLM's own parser",
     ]
     assert [n for n in names if n in order] == order
 

@@ -1,0 +1,129 @@
+"""doctor: rigup-doctor, rigup-bench and rigup-report on the host.
+
++ ``rigup-doctor`` (read-only, seconds, ``--json``, exit 0 ok / 1 warn / 2 fail): driver, GPUs,
+  Xid events, NVLink, each GPU mode's services and their journal, vLLM's /metrics over a window,
+  free disk, venvs against their locks; every verdict from rigup's diagnosis library
+  (roles/common/diagnosis.py).
++ ``rigup-bench``: the seed's rows with vLLM's own ``vllm bench serve`` against vllm.service,
+  /metrics deltas, GPU readings, a prefix-cache self-test, A/B arms through a temporary drop-in
+  (restored and verified), a JSON record per run under ``<state>/bench``.
++ ``rigup-report``: a paste-ready Markdown post (English and 中文), host names, addresses,
+  serials, UUIDs and tokens redacted.
+
+Settings: ``doctor_*`` and ``bench_*`` (rules in roles/doctor/settings.py). The host's facts the
+tools need are rendered into ``<etc>/doctor/doctor.json`` (roles/doctor/config.py), each arm's
+drop-in into ``<etc>/doctor/arms/``; an arm that changes vLLM flags is checked by vLLM's own
+parser at converge, like the service's own flags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from io import StringIO
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.files import FindFiles
+from pyinfra.operations import files
+
+from roles.common.facts import AllowedCpus
+from roles.common.operations import check_passes, fingerprint
+from roles.common.paths import Layout
+from roles.doctor.config import arm_files, doctor_config
+from roles.doctor.paths import COMMANDS, FILES, LINK_DIR, DoctorPaths
+from roles.doctor.settings import arm_problems
+from roles.model import PlacedModel
+from roles.vllm.cpu import parse_cpu_list
+from roles.vllm.paths import VllmPaths
+
+ROLES = Path(__file__).resolve().parents[1]
+#: the host libraries the commands import: name on the host -> source
+LIBRARIES = {
+    "rigup_diagnosis.py": ROLES / "common" / "diagnosis.py",
+    "rigup_units.py": ROLES / "common" / "units.py",
+    "rigup_nvidia.py": ROLES / "nvidia" / "parsers.py",
+    "rigup_metrics.py": ROLES / "doctor" / "metrics.py",
+    "rigup_doctor.py": ROLES / "doctor" / "checks.py",
+    "rigup_bench.py": ROLES / "doctor" / "bench.py",
+    "rigup_report.py": ROLES / "doctor" / "report.py",
+}
+
+
+def model_record(llm: PlacedModel) -> dict[str, str]:
+    """What the report says about the served checkpoint."""
+    m = llm.manifest
+    return {
+        "name": llm.name,
+        "revision": llm.revision,
+        "repo_id": m.repo_id,
+        "state": m.state,
+        "description": m.description,
+    }
+
+
+@deploy("Doctor")
+def doctor(settings, llm: PlacedModel) -> None:
+    """Install the three commands, their libraries, ``doctor.json`` and the benchmark arms for
+    the LLM ``llm`` (what roles.model.model returned in this run)."""
+    dp = DoctorPaths.from_data(settings)
+    cpus = (
+        parse_cpu_list(host.get_fact(AllowedCpus) or "0")
+        if settings.get("vllm_device") == "cpu"
+        else []
+    )
+    for path in (dp.root, dp.bin, dp.lib, dp.etc, dp.arms, dp.results):
+        files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
+    for name, src in LIBRARIES.items():
+        files.put(name=f"Library {name}", src=str(src), dest=f"{dp.lib}/{name}", mode="644")
+    for name in COMMANDS:
+        files.put(
+            name=f"Command {name}", src=str(FILES / name), dest=f"{dp.bin}/{name}", mode="755"
+        )
+        files.link(
+            name=f"{LINK_DIR}/{name} on PATH", path=f"{LINK_DIR}/{name}", target=f"{dp.bin}/{name}"
+        )
+    config = doctor_config(settings, llm.path, model_record(llm), cpus)
+    files.put(
+        name="doctor.json (what the doctor, the benchmark and the report know of this host)",
+        src=StringIO(json.dumps(config, indent=1) + "\n"),
+        dest=dp.config,
+        mode="644",
+    )
+    wanted: set[str] = set()
+    checked = []
+    for name, arm in settings.get("bench_arms").items():
+        if arm_problems(settings, arm):
+            continue  # rigup-bench says why (doctor.json)
+        for suffix, text in arm_files(settings, name, arm, llm.path, cpus).items():
+            wanted.add(f"{name}{suffix}")
+            files.put(
+                name=f"Bench arm {name}{suffix}",
+                src=StringIO(text),
+                dest=f"{dp.arms}/{name}{suffix}",
+                mode="644",
+            )
+            if suffix == ".json":
+                checked.append((name, text))
+    for path in host.get_fact(FindFiles, path=dp.arms, quote_path=True) or []:
+        if Path(path).name not in wanted:
+            files.file(name=f"Remove the old bench arm file {path}", path=path, present=False)
+    if checked:
+        vp = VllmPaths.from_data(settings)
+        commands = " && ".join(
+            f"{shlex.quote(vp.python)} {shlex.quote(vp.bin)}/check_args.py "
+            f"{shlex.quote(f'{dp.arms}/{name}.json')}"
+            for name, _ in checked
+        )
+        from roles.vllm import LOCKS
+
+        lock = LOCKS[settings.get("vllm_device")]
+        check_passes(
+            name="Check the bench arms' serve arguments with vLLM's own parser",
+            command=commands,
+            stamp=f"{Layout.from_data(settings).checks}/bench-arms.ok",
+            key=fingerprint(checked, hashlib.sha256(lock.read_bytes()).hexdigest()),
+            what="bench arms' argument check",
+        )

@@ -1,0 +1,48 @@
+"""Where the doctor role puts things on a host (deploys and tests share it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from roles.common.paths import Layout
+
+#: rigup's files for the doctor on the controller (the commands)
+FILES = Path(__file__).resolve().parents[2] / "files" / "doctor"
+COMMANDS = ("rigup-doctor", "rigup-bench", "rigup-report")
+#: where the commands are linked so that they are on PATH
+LINK_DIR = "/usr/local/bin"
+#: rigup-bench's temporary drop-in for an A/B arm: under /run, so a reboot removes it too
+ARM_DROPIN_DIR = "/run/systemd/system/vllm.service.d"
+ARM_DROPIN = f"{ARM_DROPIN_DIR}/50-rigup-bench-arm.conf"
+
+
+@dataclass(frozen=True)
+class DoctorPaths:
+    """The doctor's tree ``<prefix>/doctor/{bin,lib}``, its configuration ``<etc>/doctor``
+    (``doctor.json``, the arms' drop-ins in ``arms/``) and the benchmark results
+    ``<state>/bench`` (one JSON per run)."""
+
+    root: str
+    bin: str
+    lib: str
+    etc: str
+    config: str
+    arms: str
+    results: str
+
+    @classmethod
+    def from_data(cls, data: Any) -> DoctorPaths:
+        layout = Layout.from_data(data)
+        root = f"{layout.prefix}/doctor"
+        etc = f"{layout.etc}/doctor"
+        return cls(
+            root=root,
+            bin=f"{root}/bin",
+            lib=f"{root}/lib",
+            etc=etc,
+            config=f"{etc}/doctor.json",
+            arms=f"{etc}/arms",
+            results=f"{layout.state}/bench",
+        )

@@ -1,0 +1,52 @@
+"""The lab machine the scenario's modules share: created once per test session (a fresh
+converge takes minutes), destroyed at its end; ``media`` puts it back in the media mode."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from lab import comfyui_lab, hub_lab, scenario, voxcpm_lab
+from lab.config import LabConfig
+from lab.machine import LabMachine
+from tests.lab.labtools import LAB_ENV, active
+
+
+@pytest.fixture(scope="session")
+def lab():
+    saved = {k: os.environ.get(k) for k in LAB_ENV}
+    os.environ.update(LAB_ENV)  # subprocesses (pyinfra, pytest tests/infra) see the same machine
+    machine = LabMachine(LabConfig.from_env())
+    machine.destroy()  # a leftover from an interrupted run must not leak state into this one
+    try:
+        machine.up()
+        yield machine
+    finally:
+        machine.destroy()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def converged(lab):
+    comfyui_lab.seed(lab)  # skipped (no ComfyUI) without a mirror
+    seeded = scenario.seed_mirror(lab)
+    voxcpm_lab.seed(lab)  # VoxCPM2's CPython build and model stand-in
+    hub = hub_lab.seed(lab)  # the seeded models become the lab hub's repositories
+    print(f"\nlab hub seeded in {hub.seconds:.1f} s: {hub.detail}")
+    result = scenario.converge()
+    assert result.ok, f"converge failed (exit {result.rc}); its output is above"
+    print(f"\nseed {seeded.seconds:.1f} s, fresh converge {result.seconds:.1f} s")
+    return lab
+
+
+@pytest.fixture
+def media(converged):
+    """The converged lab in the media mode (voxcpm.service up), whatever earlier tests left."""
+    converged.ssh("rigup-mode media")
+    assert active(converged, "voxcpm.service") == "active"
+    return converged

@@ -1,0 +1,87 @@
+"""Helpers shared by the lab scenario's test modules: the markers every lab test carries, the
+pyinfra CLI and testinfra against the lab, unit states, and rigup-doctor's JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from lab import scenario
+from lab.step import StepResult
+
+#: every lab test: the ``lab`` marker, and root (systemd-nspawn boots the machine)
+LAB_MARKS = [
+    pytest.mark.lab,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the lab machine needs root (systemd-nspawn)"),
+]
+
+# A machine of its own, so the suite never touches the lab a user keeps from bin/rigup-lab.
+# RIGUP_TEST_LAB_NAME / RIGUP_TEST_LAB_SSH_PORT let two checkouts run the suite side by side.
+LAB_ENV = {
+    "RIGUP_LAB_NAME": os.environ.get("RIGUP_TEST_LAB_NAME", "rigup-lab-test"),
+    "RIGUP_LAB_SSH_PORT": os.environ.get("RIGUP_TEST_LAB_SSH_PORT", "2223"),
+}
+
+
+def pyinfra(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+    """The pyinfra CLI against the lab machine (its output captured)."""
+    return subprocess.run(
+        [str(scenario.BIN / "pyinfra"), *args],
+        cwd=scenario.REPO,
+        capture_output=True,
+        text=True,
+        check=check,
+    )
+
+
+def infra(*args: str) -> StepResult:
+    """testinfra (tests/infra, or the files and ``-k`` in ``args``) against the lab."""
+    return scenario.verify(extra=list(args))
+
+
+def active(lab, unit: str) -> str:
+    """``systemctl is-active`` of ``unit`` on the lab: "active", "inactive", "failed", ..."""
+    return lab.ssh(f"systemctl is-active {unit}", check=False).stdout.strip()
+
+
+def main_pid(lab, unit: str) -> int:
+    """The unit's MainPID (0 when it has none)."""
+    return int(lab.ssh(f"systemctl show -p MainPID --value {unit}").stdout.strip() or 0)
+
+
+def wait_up(lab, unit: str, seconds: int) -> str:
+    """Wait until ``unit`` is active/running (or ``seconds`` pass); its last state."""
+    return lab.ssh(
+        f"for i in $(seq {seconds // 5}); do s=$(systemctl show -p ActiveState -p SubState "
+        f'--value {unit} | paste -sd/ -); [ "$s" = active/running ] && break; sleep 5; done; '
+        f"systemctl show -p ActiveState -p SubState --value {unit} | paste -sd/ -",
+        check=False,
+    ).stdout.strip()
+
+
+def doctor(lab, only: str = "") -> tuple[int, dict, float]:
+    """``rigup-doctor --json`` on the lab (``only``: its sections): (exit, its JSON, seconds)."""
+    started = time.monotonic()
+    p = lab.ssh(f"rigup-doctor --json {'--only ' + only if only else ''}", check=False, timeout=300)
+    return p.returncode, json.loads(p.stdout), time.monotonic() - started
+
+
+def verdict_ids(result: dict, section: str | None = None) -> list[str]:
+    """The verdict ids of rigup-doctor's JSON, of one section or all."""
+    return [
+        v["id"] for s in result["sections"] if section in (None, s["name"]) for v in s["verdicts"]
+    ]
+
+
+def problems(result: dict) -> list[str]:
+    """rigup-doctor's verdicts that are not ok, as "severity: what: why" lines."""
+    return [
+        f"{v['severity']}: {v['what']}: {v['why']}"
+        for s in result["sections"]
+        for v in s["verdicts"]
+        if v["severity"] != "ok"
+    ]

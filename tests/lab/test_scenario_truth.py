@@ -1,0 +1,256 @@
+"""The lab scenario, every converge tells the truth: interrupted, concurrent, bad inputs,
+exposure and keys, restarts of an outdated or stuck unit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from lab import scenario
+from lab.host import proc_children, proc_cmdline
+from lab.serving import lab_vllm_port
+from lab.step import StepResult
+from tests.lab.labtools import (
+    LAB_MARKS,
+    active,
+    infra,
+    pyinfra,
+)
+
+pytestmark = LAB_MARKS
+
+
+# --- Every converge tells the truth: interrupted, concurrent, bad inputs, exposure, restarts ---
+VOXCPM_VENV_STEP = "Starting operation: VoxCPM2 | VoxCPM2 venv"
+
+
+def _start(*args: str, env: dict | None = None) -> subprocess.Popen:
+    """pyinfra against the lab in the background, stdout and stderr merged into a pipe."""
+    return subprocess.Popen(
+        [str(scenario.BIN / "pyinfra"), *args],
+        cwd=scenario.REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+    )
+
+
+def _read_until(proc: subprocess.Popen, marker: str, seen: list[str]) -> None:
+    """Read ``proc``'s output into ``seen`` until a line holds ``marker``; fail if it ends first."""
+    for line in proc.stdout:
+        seen.append(line)
+        if marker in line:
+            return
+    raise AssertionError(f"pyinfra ended before {marker!r}:\n{''.join(seen)[-3000:]}")
+
+
+def _slow_voxcpm_converge(lab) -> subprocess.Popen:
+    """A converge of deploys/voxcpm.py with real work to do: its venv removed, so the run spends
+    tens of seconds in the venv operation."""
+    lab.ssh("rm -rf /opt/rigup/voxcpm/venv")
+    return _start("-y", "inventory/lab.py", "deploys/voxcpm.py")
+
+
+def _voxcpm_up_again(lab) -> None:
+    result = scenario.converge("inventory/lab.py", "deploys/voxcpm.py", "deploys/modes.py")
+    assert result.ok, f"the next converge did not converge (exit {result.rc})"
+    assert active(lab, "voxcpm.service") == "active"
+
+
+def test_interrupted_converge_exits_130_naming_the_operation(media):
+    """SIGINT in the middle of an operation: exit 130 (pyinfra alone exits 0), the operation and
+    'half-converged' named; the next converge finishes the job."""
+    converged = media
+    proc = _slow_voxcpm_converge(converged)
+    seen: list[str] = []
+    _read_until(proc, VOXCPM_VENV_STEP, seen)
+    proc.send_signal(signal.SIGINT)
+    out = "".join(seen) + proc.stdout.read()
+    assert proc.wait() == 130, out[-3000:]
+    assert "interrupted during 'VoxCPM2 | VoxCPM2 venv" in out, out[-3000:]
+    assert "may be half-converged" in out and "Exiting upon user request" not in out
+    _voxcpm_up_again(converged)
+
+
+def test_lab_entry_point_reads_an_interrupted_converge_as_a_failure(media):
+    """The lab's converge step (bin/rigup-lab, this suite) with its pyinfra interrupted."""
+    converged = media
+    converged.ssh("rm -rf /opt/rigup/voxcpm/venv")
+    done: list[StepResult] = []
+    runner = threading.Thread(
+        target=lambda: done.append(scenario.converge("inventory/lab.py", "deploys/voxcpm.py"))
+    )
+    runner.start()
+    deadline = time.monotonic() + 120
+    child = None
+    while child is None and time.monotonic() < deadline:
+        child = next(
+            (p for p in proc_children(os.getpid()) if "deploys/voxcpm.py" in proc_cmdline(p)),
+            None,
+        )
+        time.sleep(0.2)
+    assert child, "the converge step started no pyinfra"
+    time.sleep(8)  # well inside the run: facts read, operations under way
+    os.kill(child, signal.SIGINT)
+    runner.join(120)
+    assert done and not done[0].ok and done[0].rc == 130, done
+    _voxcpm_up_again(converged)
+
+
+def test_second_converge_refuses_before_any_change_and_a_killed_one_leaves_no_lock(media):
+    """Two real converges of one host: the second refuses before any change, naming the first;
+    SIGKILL of the first (its uv still running on the host) leaves no lock behind."""
+    converged = media
+    first = _slow_voxcpm_converge(converged)
+    seen: list[str] = []
+    _read_until(first, "converge lock held", seen)
+    second = pyinfra("-y", "inventory/lab.py", "deploys/full.py")
+    out = second.stdout + second.stderr
+    assert second.returncode != 0, out[-3000:]
+    name = converged.cfg.name
+    assert f"another rigup converge is running on {name}, pid {first.pid} " in out, out[-3000:]
+    assert "since 20" in out and "Beginning operation run" not in out, out[-3000:]
+    _read_until(first, VOXCPM_VENV_STEP, seen)
+    first.kill()
+    first.wait()
+    _voxcpm_up_again(converged)  # takes the lock at once: the killed run's holder is gone
+
+
+# Bad inputs: each refused before any change, with the setting (or the process) named.
+BAD_INPUTS = {
+    "misspelled key": (["vllm_prot=9000"], "deploys/full.py", "did you mean vllm_port?"),
+    "port below 1024": (["voxcpm_port=80"], "deploys/full.py", "voxcpm_port: 80 is below 1024"),
+    "same port twice": (
+        ["comfyui_port={vllm}", "comfyui_install=True"],
+        "deploys/full.py",
+        "is vllm_port too",
+    ),
+    "system directory": (["model_store_dir=/etc"], "deploys/full.py", "is a system directory"),
+    "ComfyUI beyond loopback": (
+        ["comfyui_host=0.0.0.0"],
+        "deploys/full.py",
+        "comfyui_allow_network_without_auth",
+    ),
+    "vLLM beyond loopback without a key": (
+        ["vllm_host=0.0.0.0"],
+        "deploys/vllm.py",
+        "vllm_host is 0.0.0.0, not loopback, and vLLM has no API key",
+    ),
+    "speech beyond loopback without a key": (
+        ["voxcpm_host=0.0.0.0"],
+        "deploys/voxcpm.py",
+        "voxcpm_host is 0.0.0.0, not loopback, and VoxCPM2 has no API key",
+    ),
+    "port held by sshd": (["voxcpm_port={ssh}"], "deploys/voxcpm.py", "by sshd (pid "),
+}
+
+
+@pytest.mark.parametrize("what", list(BAD_INPUTS))
+def test_bad_input_refused_before_any_change(media, what):
+    converged = media
+    data, deploy, message = BAD_INPUTS[what]
+    stamp = "stat -c %Y.%Z /etc/systemd/system/voxcpm.service /etc/rigup/voxcpm/voxcpm.env"
+    before = converged.ssh(stamp).stdout
+    ports = {"ssh": converged.cfg.ssh_port, "vllm": lab_vllm_port(converged.cfg)}
+    args = [a for d in data for a in ("--data", d.format(**ports))]
+    proc = pyinfra("-y", "inventory/lab.py", deploy, *args)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and message in out, out[-3000:]
+    assert "Beginning operation run" not in out, out[-3000:]
+    assert "nothing was changed" in out
+    assert converged.ssh(stamp).stdout == before
+
+
+def test_unit_stuck_activating_on_an_outdated_unit_is_restarted(media):
+    """Another process takes voxcpm's port: voxcpm.service loops in activating (auto-restart).
+    A converge keeping the port names that process; one with a free port restarts the unit."""
+    lab = media
+    port = lab.cfg.ssh_port + 10000  # inventory/lab.py's voxcpm_port
+    lab.ssh(
+        f"systemctl stop voxcpm && systemd-run -q --unit=rigup-squatter python3 -m http.server "
+        f"{port} --bind 127.0.0.1 && sleep 1 && systemctl start --no-block voxcpm"
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # its server exits (port taken): a restart loop
+            state = lab.ssh("systemctl show voxcpm -p ActiveState -p SubState").stdout.split()
+            if "SubState=auto-restart" in state:
+                break
+            time.sleep(1)
+        assert "ActiveState=activating" in state and "SubState=auto-restart" in state, state
+        kept = pyinfra("-y", "inventory/lab.py", "deploys/voxcpm.py")
+        out = kept.stdout + kept.stderr
+        assert kept.returncode != 0 and "by python3 (pid " in out, out[-3000:]
+        assert "rigup-squatter.service) on 127.0.0.1:" in out, out[-3000:]
+        moved = scenario.converge(
+            "inventory/lab.py", "deploys/voxcpm.py", "deploys/modes.py",
+            "--data", f"voxcpm_port={port + 1}",
+        )  # fmt: skip
+        assert moved.ok
+        assert active(lab, "voxcpm.service") == "active"
+    finally:
+        lab.ssh("systemctl stop rigup-squatter", check=False)
+    _voxcpm_up_again(lab)
+
+
+def test_speech_api_key_stored_0600_checked_and_never_printed(media):
+    lab = media
+    key = "vox-" + os.urandom(12).hex()
+    env = {"VOXCPM_API_KEY": key}
+    args = ("inventory/lab.py", "deploys/voxcpm.py", "deploys/modes.py")
+    open_ = ("--data", "voxcpm_host=0.0.0.0")
+    dry = subprocess.run(
+        [str(scenario.BIN / "pyinfra"), *args, *open_, "--dry", "--diff"],
+        cwd=scenario.REPO, capture_output=True, text=True, env={**os.environ, **env},
+    )  # fmt: skip
+    assert dry.returncode == 0 and key[4:20] not in dry.stdout + dry.stderr
+    real = _start("-y", "-vvv", *args, *open_, env=env)
+    out = real.stdout.read()
+    assert real.wait() == 0, out[-3000:]
+    assert key[4:20] not in out
+    port = lab.cfg.ssh_port + 10000
+    try:
+        stat = lab.ssh("stat -c '%a %U' /etc/rigup/voxcpm/secrets/api-key.env").stdout.split()
+        assert stat == ["600", "root"]
+        curl = f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}/v1/models"
+        assert lab.ssh(curl).stdout == "401"
+        assert lab.ssh(f"{curl} -H 'Authorization: Bearer {key}'").stdout == "200"
+        assert infra("-k", "beyond_loopback").ok
+        main_pid = lab.ssh("systemctl show -p MainPID --value voxcpm").stdout.strip()
+        leaks = lab.ssh(
+            f"grep -rlF {key} /etc/systemd /etc/rigup/voxcpm/voxcpm.env /proc/{main_pid}/cmdline",
+            check=False,
+        ).stdout
+        assert not leaks.strip(), leaks
+    finally:
+        lab.ssh("rm -f /etc/rigup/voxcpm/secrets/api-key.env")
+        _voxcpm_up_again(lab)
+        lab.ssh("systemctl restart voxcpm")  # forget the key it was started with
+
+
+def test_clean_sigterm_restarts_voxcpm_and_a_mode_switch_keeps_it_stopped(media):
+    lab = media
+    pid = lab.ssh("systemctl show -p MainPID --value voxcpm").stdout.strip()
+    lab.ssh(f"kill -TERM {pid}")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        state = active(lab, "voxcpm.service")
+        now = lab.ssh("systemctl show -p MainPID --value voxcpm").stdout.strip()
+        if state == "active" and now not in (pid, "0"):
+            break
+        time.sleep(1)
+    else:
+        raise AssertionError(f"voxcpm.service not back after SIGTERM: {state}, pid {now}")
+    journal = lab.ssh("journalctl -u voxcpm -n 40 --no-pager -o cat").stdout
+    assert "Scheduled restart job" in journal, journal
+    lab.ssh("rigup-mode llm")
+    time.sleep(15)  # longer than RestartSec=10
+    assert active(lab, "voxcpm.service") == "inactive"
+    lab.ssh("rigup-mode media")
+    assert active(lab, "voxcpm.service") == "active"

@@ -174,8 +174,10 @@ def test_host_without_gpus_or_driver_installs_but_does_not_start(scenario, deplo
         (
             "kv_cache_fp8_on_3090s",
             "vllm_kv_cache_dtype: fp8 (FP8 E4M3) needs compute capability 8.9 or newer and these "
-            'GPUs are 8.6 (nvidia_gpu_compute_capability): vLLM would die at start-up with "type '
-            'fp8e4nv not supported in this architecture". Use vllm_kv_cache_dtype = "fp8_e5m2"',
+            "GPUs are 8.6 (nvidia_gpu_compute_capability): vLLM would die at start-up: Triton "
+            "builds FP8 E4M3 (fp8e4nv) kernels only for compute capability 8.9 and newer; an RTX "
+            "3090 is 8.6 ('type fp8e4nv not supported in this architecture'). Fix: "
+            'vllm_kv_cache_dtype = "fp8_e5m2"',
         ),
     ],
 )

@@ -19,6 +19,7 @@ from pathlib import Path
 from lab.comfyui_lab import comfyui_mirror
 from lab.config import LabConfig
 from lab.machine import LabMachine
+from lab.serving import lab_checkpoint_variant
 from lab.step import StepResult
 from lab.tiny import build_checkpoint
 
@@ -35,15 +36,19 @@ def _env() -> dict[str, str]:
 
 
 def seed_mirror(machine: LabMachine) -> StepResult:
-    """Build the tiny Qwen3.6-shaped AutoRound INT4 checkpoint vLLM's CPU engine serves
-    (lab/tiny) and push it to the mirror path in the machine (the "local mirror" model source)."""
+    """Build the tiny Qwen3.6-shaped checkpoint vLLM's CPU engine serves (lab/tiny: AutoRound
+    INT4 where this CPU has AVX-512, else BF16: :func:`lab.serving.lab_checkpoint_variant`) and
+    push it to the mirror path in the machine (the "local mirror" model source)."""
     started = time.monotonic()
+    variant = lab_checkpoint_variant()
     with tempfile.TemporaryDirectory(prefix="rigup-ckpt-") as tmp:
-        ckpt = build_checkpoint(Path(tmp) / "ckpt", variant="hybrid-int4")
+        ckpt = build_checkpoint(Path(tmp) / "ckpt", variant=variant)
         machine.ssh(f"mkdir -p {LAB_MODEL_MIRROR}")
         machine.push(ckpt, LAB_MODEL_MIRROR)
         size = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
-    return StepResult("seed mirror", 0, time.monotonic() - started, {"bytes": size})
+    return StepResult(
+        "seed mirror", 0, time.monotonic() - started, {"bytes": size, "variant": variant}
+    )
 
 
 #: What pyinfra 3.10 prints when it exits 0 on SIGINT. rigup's config.py makes an interrupted run

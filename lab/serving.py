@@ -6,7 +6,9 @@ OpenAI SDK reaches the service on 127.0.0.1 directly.
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 from lab.machine import LabMachine
 from lab.step import StepResult
@@ -18,6 +20,32 @@ def lab_vllm_port(cfg) -> int:
     """vLLM's port in the lab machine of ``cfg``: labs share the controller's network, so it
     follows the SSH port (30000 + ssh_port: 32222 for the default lab)."""
     return 30000 + cfg.ssh_port
+
+
+def cpu_flags(cpuinfo: str) -> set[str]:
+    """The flags of the first processor in ``/proc/cpuinfo``'s text (``avx2``, ``avx512f``...)."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return set(value.split())
+    return set()
+
+
+def lab_checkpoint_variant(flags: set[str] | None = None, env: dict | None = None) -> str:
+    """Which tiny checkpoint (lab/tiny) the lab serves: the AutoRound INT4 one, as the rig's
+    model, where vLLM's CPU build has a 4-bit kernel (its AVX-512 library: a CPU with
+    ``avx512f``), else the same model in BF16 (the AVX2 library lacks cpu_gemm_wna16, and
+    files/vllm/check_args.py refuses INT4 there). ``RIGUP_LAB_CHECKPOINT`` (``hybrid`` or
+    ``hybrid-int4``) chooses by hand. The lab machine runs on the controller's CPU."""
+    env = os.environ if env is None else env
+    chosen = env.get("RIGUP_LAB_CHECKPOINT")
+    if chosen:
+        if chosen not in ("hybrid", "hybrid-int4"):
+            raise ValueError(f"RIGUP_LAB_CHECKPOINT: {chosen!r} is not hybrid or hybrid-int4")
+        return chosen
+    if flags is None:
+        flags = cpu_flags(Path("/proc/cpuinfo").read_text())
+    return "hybrid-int4" if "avx512f" in flags else "hybrid"
 
 
 def engine_rss_mib(machine: LabMachine, unit: str = UNIT) -> float:

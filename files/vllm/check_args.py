@@ -37,6 +37,12 @@ code the server runs next, as far as that code runs without a GPU:
    under any spelling vLLM's parser takes (an alias, an abbreviation such as ``--hos``,
    ``--max_model_len``, ``--speculative-config.key``): argparse would let the last one win.
    Abbreviations are refused there too: spell flags out.
+7. Only with --with-model on vLLM's CPU build (the platform it detects is the CPU): the
+   kernels the checkpoint's quantization needs are in the kernel library vLLM loads on this
+   CPU (CpuPlatform.import_kernels picks _C_AVX512 or _C_AVX2 by torch.cpu's answers). vLLM
+   0.22.1's AVX2 library has no cpu_gemm_wna16, the only CPU kernel for 4-bit weight-only
+   layers (GPTQ, AutoRound, AWQ), so on a CPU without AVX-512 the engine would die loading the
+   weights ("'_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'").
 
 Why the platform fallback: building vLLM 0.22.1's parser instantiates every config class for
 its defaults, and DeviceConfig() (vllm/config/device.py, __post_init__) raises "Failed to infer
@@ -311,6 +317,9 @@ def check(argv: list[str], with_model: bool) -> dict:
     result["args"] = {"model": ns.model} | {d: _jsonable(getattr(ns, d)) for d in dests}
     if with_model:
         result["model"] = check_model(engine_args)
+        if result["platform"] == "cpu (detected)":
+            check_cpu_kernels(engine_args.create_model_config())
+            steps.append("CpuPlatform.import_kernels")
         steps.append("EngineArgs.create_model_config")
         if engine_args.speculative_config is not None:
             steps.append("EngineArgs.create_speculative_config")
@@ -354,6 +363,56 @@ def check_managed(serve: argparse.ArgumentParser, argv: list[str], spec: dict) -
                 f"vllm_extra_args: {name} is taken only as an abbreviation of a longer flag; "
                 "spell the flag out"
             )
+
+
+#: torch.ops._C kernels vLLM's CPU build calls for weight-only quantized layers, by weight bits:
+#: CPUWNA16LinearKernel and INCConfig.apply_cpu_w4a16_quant_layer (vLLM 0.22.1,
+#: model_executor/kernels/linear/mixed_precision/cpu.py, layers/quantization/inc.py) both call
+#: cpu_gemm_wna16 (uint4 weights only).
+CPU_WEIGHT_ONLY_KERNELS = {4: "cpu_gemm_wna16"}
+
+
+def weight_bits(quantization_config: dict | None) -> int | None:
+    """The weight bits of a checkpoint's quantization_config (GPTQ/AutoRound ``bits``, AWQ
+    ``w_bit``, INC ``weight_bits``), or None when it names none."""
+    quant = quantization_config or {}
+    for key in ("bits", "weight_bits", "w_bit"):
+        if isinstance(quant.get(key), int):
+            return quant[key]
+    return None
+
+
+def cpu_kernel_problem(method: str | None, bits: int | None, has_kernel) -> str | None:
+    """Why vLLM's CPU build cannot run a checkpoint quantized with ``method`` at ``bits`` weight
+    bits, or None. ``has_kernel(name)`` answers whether torch.ops._C holds a kernel."""
+    kernel = CPU_WEIGHT_ONLY_KERNELS.get(bits) if method else None
+    if kernel is None or has_kernel(kernel):
+        return None
+    return (
+        f"vllm_device: cpu: this checkpoint's {bits}-bit weights ({method}) need vLLM's "
+        f"{kernel} kernel, and the CPU kernel library vLLM loads on this CPU has none: vLLM "
+        "0.22.1's CPU build ships it only in its AVX-512 library (_C_AVX512), and this CPU has "
+        f"no AVX-512, so it loads _C_AVX2. The engine would die loading the weights "
+        f"(\"'_OpNamespace' '_C' object has no attribute '{kernel}'\"). Serve an unquantized "
+        "(BF16) checkpoint on this machine, or serve on NVIDIA GPUs (vllm_device = \"cuda\")"
+    )
+
+
+def check_cpu_kernels(model_config) -> None:
+    """Raise CheckFailed when vLLM's CPU build lacks a kernel the checkpoint's quantization needs
+    on this CPU (:func:`cpu_kernel_problem`); loads the kernels as vLLM's engine does."""
+    import torch
+    from vllm.platforms import current_platform
+
+    current_platform.import_kernels()
+    quant = getattr(model_config.hf_config, "quantization_config", None)
+    problem = cpu_kernel_problem(
+        model_config.quantization,
+        weight_bits(quant if isinstance(quant, dict) else None),
+        lambda name: hasattr(torch.ops._C, name),
+    )
+    if problem:
+        raise CheckFailed(problem)
 
 
 def check_model(engine_args) -> dict:

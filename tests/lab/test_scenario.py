@@ -6,7 +6,7 @@ It installs the real vLLM venvs (several GB, from PyPI through uv): the CPU buil
 which serves, and the CUDA build on the controller, whose own parser checks the rig's full
 argv. The models come from the lab's Hugging Face-compatible server (lab/hub_lab.py) through
 huggingface_hub, locked on their first placement. Needs root, systemd-nspawn and debootstrap
-(bin/bootstrap installs them) and network access to Debian's archive and PyPI.
+(bin/lab-host installs them) and network access to Debian's archive and PyPI.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from roles.common.paths import ServicePaths
 
@@ -28,14 +28,14 @@ class ComfyuiPaths(ServicePaths):
     base: str
     database: str
 
+    COMPONENT: ClassVar[str] = "comfyui"
+
     @classmethod
-    def from_data(cls, data: Any) -> ComfyuiPaths:
-        fields = ServicePaths.fields(data, "comfyui")
-        base = str(data.get("comfyui_base_dir")).rstrip("/")
-        return cls(
-            **fields,
-            src=f"{fields['root']}/src",
-            args_file=f"{fields['etc']}/main-args.json",
-            base=base,
-            database=f"{base}/user/comfyui.db",
-        )
+    def extra(cls, base: dict[str, str], data: Any) -> dict[str, str]:
+        user_base = str(data.get("comfyui_base_dir")).rstrip("/")
+        return {
+            "src": f"{base['root']}/src",
+            "args_file": f"{base['etc']}/main-args.json",
+            "base": user_base,
+            "database": f"{user_base}/user/comfyui.db",
+        }

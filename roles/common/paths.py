@@ -4,7 +4,7 @@ from it: roles/<role>/paths.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True)
@@ -52,50 +52,87 @@ class Layout:
 
 
 @dataclass(frozen=True)
-class ComponentPaths:
-    """Where a component with its own venv lives: ``<prefix>/<name>/{venv,bin,requirements.lock}``
-    and its configuration in ``<etc>/<name>``. Build with :meth:`of`.
+class ToolPaths:
+    """Where a component's tree lives: ``<prefix>/<name>`` with its on-host scripts ``bin`` and
+    modules ``lib``, and its configuration ``<etc>/<name>``. Subclasses set ``COMPONENT`` (the
+    name) and add their own fields through :meth:`extra`; build with :meth:`from_data`."""
 
-    + root, venv, python (the venv's), lock, bin (on-host scripts), etc
-    """
+    COMPONENT: ClassVar[str] = ""
 
     root: str
-    venv: str
-    python: str
-    lock: str
     bin: str
+    lib: str
     etc: str
 
-    @staticmethod
-    def fields(data: Any, name: str) -> dict[str, str]:
-        """The fields for component ``name`` (``vllm``, ``model``, ...) as keyword arguments."""
+    @classmethod
+    def fields(cls, data: Any, name: str) -> dict[str, str]:
+        """This class's own fields for component ``name`` (``vllm``, ``model``, ...) as keyword
+        arguments."""
         layout = Layout.from_data(data)
         root = f"{layout.prefix}/{name}"
         return {
             "root": root,
+            "bin": f"{root}/bin",
+            "lib": f"{root}/lib",
+            "etc": f"{layout.etc}/{name}",
+        }
+
+    @classmethod
+    def extra(cls, base: dict[str, str], data: Any) -> dict[str, str]:
+        """A subclass's fields beyond :meth:`fields`, derived from them (``base``) and ``data``."""
+        return {}
+
+    @classmethod
+    def from_data(cls, data: Any):
+        """The paths of ``cls.COMPONENT`` on a host with settings ``data`` (``host.data`` or a
+        dict)."""
+        base = cls.fields(data, cls.COMPONENT)
+        return cls(**base, **cls.extra(base, data))
+
+
+@dataclass(frozen=True)
+class ComponentPaths(ToolPaths):
+    """A component with its own venv: :class:`ToolPaths` plus ``<root>/venv``, its ``python``
+    and the ``lock`` it is built from (``<root>/requirements.lock``)."""
+
+    venv: str
+    python: str
+    lock: str
+
+    @classmethod
+    def fields(cls, data: Any, name: str) -> dict[str, str]:
+        base = ToolPaths.fields(data, name)
+        root = base["root"]
+        return {
+            **base,
             "venv": f"{root}/venv",
             "python": f"{root}/venv/bin/python",
             "lock": f"{root}/requirements.lock",
-            "bin": f"{root}/bin",
-            "etc": f"{layout.etc}/{name}",
         }
 
 
 @dataclass(frozen=True)
 class ServicePaths(ComponentPaths):
     """A component that runs as ``<name>.service``: :class:`ComponentPaths` plus its env file
-    ``<etc>/<name>/<name>.env``, the service user's home ``<state>/<name>`` and the unit file."""
+    ``<etc>/<name>/<name>.env``, the service user's home ``<state>/<name>``, the unit file, and
+    the root-only ``secrets_dir`` (``<etc>/<name>/secrets``) with the environment file of the
+    server's API key, ``api_key_file``, for a service that takes one."""
 
     env_file: str
     home: str
     unit: str
+    secrets_dir: str
+    api_key_file: str
 
-    @staticmethod
-    def fields(data: Any, name: str) -> dict[str, str]:
+    @classmethod
+    def fields(cls, data: Any, name: str) -> dict[str, str]:
         base = ComponentPaths.fields(data, name)
+        secrets = f"{base['etc']}/secrets"
         return {
             **base,
             "env_file": f"{base['etc']}/{name}.env",
             "home": f"{Layout.from_data(data).state}/{name}",
             "unit": f"/etc/systemd/system/{name}.service",
+            "secrets_dir": secrets,
+            "api_key_file": f"{secrets}/api-key.env",
         }

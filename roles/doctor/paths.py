@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from roles.common.paths import Layout
+from roles.common.paths import Layout, ToolPaths
 
 #: rigup's files for the doctor on the controller (the commands)
 FILES = Path(__file__).resolve().parents[2] / "files" / "doctor"
@@ -19,30 +19,21 @@ ARM_DROPIN = f"{ARM_DROPIN_DIR}/50-rigup-bench-arm.conf"
 
 
 @dataclass(frozen=True)
-class DoctorPaths:
+class DoctorPaths(ToolPaths):
     """The doctor's tree ``<prefix>/doctor/{bin,lib}``, its configuration ``<etc>/doctor``
     (``doctor.json``, the arms' drop-ins in ``arms/``) and the benchmark results
     ``<state>/bench`` (one JSON per run)."""
 
-    root: str
-    bin: str
-    lib: str
-    etc: str
+    COMPONENT: ClassVar[str] = "doctor"
+
     config: str
     arms: str
     results: str
 
     @classmethod
-    def from_data(cls, data: Any) -> DoctorPaths:
-        layout = Layout.from_data(data)
-        root = f"{layout.prefix}/doctor"
-        etc = f"{layout.etc}/doctor"
-        return cls(
-            root=root,
-            bin=f"{root}/bin",
-            lib=f"{root}/lib",
-            etc=etc,
-            config=f"{etc}/doctor.json",
-            arms=f"{etc}/arms",
-            results=f"{layout.state}/bench",
-        )
+    def extra(cls, base: dict[str, str], data: Any) -> dict[str, str]:
+        return {
+            "config": f"{base['etc']}/doctor.json",
+            "arms": f"{base['etc']}/arms",
+            "results": f"{Layout.from_data(data).state}/bench",
+        }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from roles.common.paths import ComponentPaths, Layout
 
@@ -25,17 +25,17 @@ class ModelPaths(ComponentPaths):
     modelscope_token_file: str
     reports: str
 
+    COMPONENT: ClassVar[str] = "model"
+
     @classmethod
-    def from_data(cls, data: Any) -> ModelPaths:
-        base = ComponentPaths.fields(data, "model")
+    def extra(cls, base: dict[str, str], data: Any) -> dict[str, str]:
         secrets = f"{base['etc']}/secrets"
-        return cls(
-            **base,
-            store=str(data.get("model_store_dir")).rstrip("/"),
-            fetch=f"{base['bin']}/model_fetch.py",
-            manifests_dir=f"{base['etc']}/manifests",
-            secrets_dir=secrets,
-            hf_token_file=f"{secrets}/hf-token",
-            modelscope_token_file=f"{secrets}/modelscope-token",
-            reports=f"{Layout.from_data(data).state}/model",
-        )
+        return {
+            "store": str(data.get("model_store_dir")).rstrip("/"),
+            "fetch": f"{base['bin']}/model_fetch.py",
+            "manifests_dir": f"{base['etc']}/manifests",
+            "secrets_dir": secrets,
+            "hf_token_file": f"{secrets}/hf-token",
+            "modelscope_token_file": f"{secrets}/modelscope-token",
+            "reports": f"{Layout.from_data(data).state}/model",
+        }

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from roles.common.paths import Layout
+from roles.common.paths import Layout, ToolPaths
 
 #: rigup's files for this layer on the controller (scripts, unit templates, locks)
 FILES = Path(__file__).resolve().parents[2] / "files" / "nvidia"
@@ -23,13 +23,13 @@ BOOT_UNITS = (PERSISTENCED, POWER_UNIT, NVLINK_UNIT)
 
 
 @dataclass(frozen=True)
-class NvidiaPaths:
-    """Paths of the NVIDIA layer on the host (derived from rigup_prefix / rigup_etc_dir)."""
+class NvidiaPaths(ToolPaths):
+    """Paths of the NVIDIA layer on the host: :class:`ToolPaths` of ``nvidia``, the boot units'
+    configuration, the CUDA toolkit's venv and home (``<prefix>/cuda-<major.minor>``) and the
+    layer's cache (``<state>/nvidia``)."""
 
-    root: str
-    bin: str
-    lib: str
-    etc: str
+    COMPONENT: ClassVar[str] = "nvidia"
+
     power_config: str
     nvlink_config: str
     interconnect_env: str
@@ -40,24 +40,20 @@ class NvidiaPaths:
     cache: str
 
     @classmethod
-    def from_data(cls, data: Any) -> NvidiaPaths:
+    def extra(cls, base: dict[str, str], data: Any) -> dict[str, str]:
         p = Layout.from_data(data)
         major_minor = ".".join(str(data.get("cuda_toolkit_version")).split(".")[:2])
         cuda_root = f"{p.prefix}/cuda-{major_minor}"
-        return cls(
-            root=f"{p.prefix}/nvidia",
-            bin=f"{p.prefix}/nvidia/bin",
-            lib=f"{p.prefix}/nvidia/lib",
-            etc=f"{p.etc}/nvidia",
-            power_config=f"{p.etc}/nvidia/gpu-power.json",
-            nvlink_config=f"{p.etc}/nvidia/nvlink.json",
-            interconnect_env="/run/rigup-nvlink/interconnect.env",
-            cuda_root=cuda_root,
-            cuda_venv=f"{cuda_root}/venv",
-            cuda_lock=f"{cuda_root}/requirements.lock",
-            cuda_home=f"{cuda_root}/home",
-            cache=f"{p.state}/nvidia",
-        )
+        return {
+            "power_config": f"{base['etc']}/gpu-power.json",
+            "nvlink_config": f"{base['etc']}/nvlink.json",
+            "interconnect_env": "/run/rigup-nvlink/interconnect.env",
+            "cuda_root": cuda_root,
+            "cuda_venv": f"{cuda_root}/venv",
+            "cuda_lock": f"{cuda_root}/requirements.lock",
+            "cuda_home": f"{cuda_root}/home",
+            "cache": f"{p.state}/nvidia",
+        }
 
 
 def cuda_env(data: Any) -> dict[str, str]:

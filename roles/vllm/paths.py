@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from roles.common.paths import ServicePaths
 
@@ -12,20 +12,12 @@ UNIT = "vllm.service"
 
 @dataclass(frozen=True)
 class VllmPaths(ServicePaths):
-    """:class:`ServicePaths` of ``vllm`` plus ``args_file`` (``<etc>/vllm/serve-args.json``) and
-    the API key's environment file ``api_key_file`` in the root-only ``secrets_dir``."""
+    """:class:`ServicePaths` of ``vllm`` plus ``args_file`` (``<etc>/vllm/serve-args.json``)."""
+
+    COMPONENT: ClassVar[str] = "vllm"
 
     args_file: str
-    secrets_dir: str
-    api_key_file: str
 
     @classmethod
-    def from_data(cls, data: Any) -> VllmPaths:
-        base = ServicePaths.fields(data, "vllm")
-        secrets = f"{base['etc']}/secrets"
-        return cls(
-            **base,
-            args_file=f"{base['etc']}/serve-args.json",
-            secrets_dir=secrets,
-            api_key_file=f"{secrets}/api-key.env",
-        )
+    def extra(cls, base: dict[str, str], data: Any) -> dict[str, str]:
+        return {"args_file": f"{base['etc']}/serve-args.json"}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from roles.common.paths import Layout, ServicePaths
 
@@ -22,26 +22,21 @@ def interpreter_dir_name(version: str, arch: str) -> str:
 class VoxcpmPaths(ServicePaths):
     """:class:`ServicePaths` of ``voxcpm`` plus uv's managed CPython builds
     (``python_install_dir``, UV_PYTHON_INSTALL_DIR), the ``server`` script and the ``voices``
-    directory (reference recordings ``<voice>.wav``), and the API key's environment file
-    ``api_key_file`` in the root-only ``secrets_dir`` (as vLLM's)."""
+    directory (reference recordings ``<voice>.wav``)."""
+
+    COMPONENT: ClassVar[str] = "voxcpm"
 
     python_install_dir: str
     server: str
     voices: str
-    secrets_dir: str
-    api_key_file: str
 
     @classmethod
-    def from_data(cls, data: Any) -> VoxcpmPaths:
-        fields = ServicePaths.fields(data, "voxcpm")
-        return cls(
-            **fields,
-            python_install_dir=f"{Layout.from_data(data).prefix}/python",
-            server=f"{fields['bin']}/voxcpm_server.py",
-            voices=f"{fields['home']}/voices",
-            secrets_dir=f"{fields['etc']}/secrets",
-            api_key_file=f"{fields['etc']}/secrets/api-key.env",
-        )
+    def extra(cls, base: dict[str, str], data: Any) -> dict[str, str]:
+        return {
+            "python_install_dir": f"{Layout.from_data(data).prefix}/python",
+            "server": f"{base['bin']}/voxcpm_server.py",
+            "voices": f"{base['home']}/voices",
+        }
 
     def interpreter(self, version: str, arch: str) -> str:
         """The uv-managed CPython the venv is built from."""

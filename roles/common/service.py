@@ -206,28 +206,10 @@ class GpuService:
         for path, mode in owned:
             files.directory(name=f"Directory {path}", path=path, user=user, group=user, mode=mode)
 
-    def venv(
-        self,
-        *,
-        what: str,
-        contents: str,
-        lock_src: Path,
-        lock: str,
-        venv: str,
-        python: str,
-        mislabelled: tuple[str, ...] = (),
-    ):
-        """The service's locked venv (:func:`roles.common.venv.locked_venv`), tracked."""
-        built: LockedVenv = locked_venv(
-            self.settings,
-            what=what,
-            contents=contents,
-            lock_src=lock_src,
-            lock=lock,
-            venv=venv,
-            python=python,
-            mislabelled=mislabelled,
-        )
+    def venv(self, **venv_args: Any) -> LockedVenv:
+        """The service's locked venv, tracked: :func:`roles.common.venv.locked_venv` with
+        ``venv_args`` (what, contents, lock_src, lock, venv, python, mislabelled)."""
+        built: LockedVenv = locked_venv(self.settings, **venv_args)
         self.track(built.lock, built.venv, software=True)
         return built
 

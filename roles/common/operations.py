@@ -102,7 +102,8 @@ def check_passes(command: str, stamp: str, key: str, what: str, watch: tuple[str
     if current and current[0].strip() == key:
         host.noop(f"{what}: passed before for these inputs")
         return
-    yield f"{command} && printf '%s\\n' {shlex.quote(key)} > {shlex.quote(stamp)}"
+    # a subshell: a command that ends with `exit` still lets the stamp be written after it
+    yield f"( {command} ) && printf '%s\\n' {shlex.quote(key)} > {shlex.quote(stamp)}"
 
 
 @operation()

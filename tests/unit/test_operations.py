@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +228,23 @@ def test_harness_fails_on_a_wrong_noop_message_or_error():
     case["exception"] = {"name": "OperationError", "message": "x"}
     with pytest.raises(pytest.fail.Exception):
         check_case("check_passes", case)
+
+
+@pytest.mark.parametrize(("check", "stamped"), [("true", True), ("false", False)])
+def test_the_stamp_is_written_after_a_check_that_ends_with_exit(tmp_path, check, stamped):
+    """check_passes' command run by a real shell: a check that ends with `exit $rc` (as vLLM's
+    argument check does, to clean up its temporary files) still leaves the stamp when it passes,
+    so the next converge plans no change; a failing one leaves none."""
+    case = json.loads((CASES / "check_passes" / "a_command_that_ends_with_exit.json").read_text())
+    stamp = tmp_path / "vllm-args.ok"
+    (command,) = case["commands"]
+    command = command.replace(case["kwargs"]["stamp"], str(stamp)).replace(
+        "/opt/rigup/vllm/venv/bin/python /opt/rigup/vllm/bin/check_args.py $d/argv.json "
+        "--with-model",
+        check,
+    )
+    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    assert (proc.returncode == 0) is stamped
+    assert stamp.exists() is stamped
+    if stamped:
+        assert stamp.read_text().strip() == case["kwargs"]["key"]

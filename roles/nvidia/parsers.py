@@ -6,7 +6,7 @@ the tests read the tools' output with the same code. Every parser is tested on r
 output (tests/fixtures: 2x H200 captured with driver 580.159.04; RTX 3090 layouts from owners'
 reports).
 
-What a failure means lives in the diagnosis library (roles/common/diagnosis.py, installed beside
+What a failure means lives in the diagnosis library (roles/common/diagnosis, installed beside
 this module as ``rigup_diagnosis``): the readers here return its verdicts for what they cannot
 read as data, and never raise on a tool's output, whatever its exit status.
 

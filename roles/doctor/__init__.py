@@ -46,7 +46,7 @@ ROLES = Path(__file__).resolve().parents[1]
 LIBRARIES = {
     "rigup_diagnosis": ROLES / "common" / "diagnosis",
     "rigup_units": ROLES / "common" / "units.py",
-    "rigup_nvidia": ROLES / "nvidia" / "parsers.py",
+    "rigup_nvidia": ROLES / "nvidia" / "parsers",
     "rigup_metrics": ROLES / "doctor" / "metrics.py",
     "rigup_doctor": ROLES / "doctor" / "checks.py",
     "rigup_bench": ROLES / "doctor" / "bench.py",

@@ -36,7 +36,7 @@ def test_signatures_are_well_formed_data():
 
 
 def test_the_library_is_standard_library_only():
-    """It is installed on hosts beside rigup_nvidia.py, where only the standard library is."""
+    """It is installed on hosts beside rigup_nvidia, where only the standard library is."""
     for module in (FIXTURES.parent.parent / "roles/common/diagnosis").glob("*.py"):
         imports = set(re.findall(r"^(?:from|import) (\w+)", module.read_text(), re.M))
         assert imports <= {"__future__", "re", "collections", "dataclasses", "typing"}, module

@@ -48,8 +48,8 @@ LIBRARIES = {
     "rigup_units": ROLES / "common" / "units.py",
     "rigup_nvidia": ROLES / "nvidia" / "parsers",
     "rigup_metrics": ROLES / "doctor" / "metrics.py",
-    "rigup_doctor": ROLES / "doctor" / "checks.py",
-    "rigup_bench": ROLES / "doctor" / "bench.py",
+    "rigup_doctor": ROLES / "doctor" / "checks",
+    "rigup_bench": ROLES / "doctor" / "bench",
     "rigup_report": ROLES / "doctor" / "report.py",
 }
 

@@ -577,13 +577,16 @@ def test_the_report_takes_the_latest_complete_run(tmp_path):
     [
         *sorted(
             str(p.relative_to(FIXTURES.parents[1]))
-            for package in ("roles/common/diagnosis", "roles/nvidia/parsers")
+            for package in (
+                "roles/common/diagnosis",
+                "roles/nvidia/parsers",
+                "roles/doctor/checks",
+                "roles/doctor/bench",
+            )
             for p in (FIXTURES.parents[1] / package).glob("*.py")
         ),
         "roles/common/units.py",
         "roles/doctor/metrics.py",
-        "roles/doctor/checks.py",
-        "roles/doctor/bench.py",
         "roles/doctor/report.py",
     ],
 )

@@ -10,6 +10,7 @@ try:  # on the host: installed beside this package by rigup
     import rigup_diagnosis as diagnosis
 except ImportError:  # on the controller
     from roles.common import diagnosis
+
 from .core import ParseError, strip_ansi
 
 #: The fields rigup queries, in order (``nvidia-smi --help-query-gpu`` names them).

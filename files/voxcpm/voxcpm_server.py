@@ -48,15 +48,16 @@ say which synthesizer answered (``"synthesizer"``, header ``X-Synthesizer``).
 
 Either way the model directory is checked at start: ``config.json`` must say
 ``"architecture": "voxcpm2"`` (how voxcpm 2.0.3 picks VoxCPM2Model); otherwise exit 2.
+
+The synthesizers are in voxcpm_synth.py and the audio encoding in voxcpm_audio.py, installed
+beside this script.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import logging
-import math
 import os
 import re
 import sys
@@ -64,15 +65,22 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal
 
-import av
-import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:  # imported by its path (tests): its modules are beside it
+    sys.path.insert(0, _HERE)
+
+from voxcpm_audio import FORMATS, encode, mono_float  # noqa: E402
+from voxcpm_audio import PCM_SAMPLE_RATE as PCM_SAMPLE_RATE  # noqa: E402
+from voxcpm_audio import output_rate as output_rate  # noqa: E402
+from voxcpm_synth import Synthesizer, ToneTestDouble, VoxCPM2Synthesizer  # noqa: E402
 
 log = logging.getLogger("voxcpm_server")
 
@@ -80,8 +88,6 @@ log = logging.getLogger("voxcpm_server")
 MAX_INPUT_CHARS = 4096
 #: voxcpm 2.0.3 reads ``architecture`` from config.json to choose VoxCPM2Model (voxcpm/core.py).
 VOXCPM2_ARCHITECTURE = "voxcpm2"
-#: VoxCPM2's output rate (voxcpm 2.0.3 README: "48kHz"); the real model reports its own.
-VOXCPM2_SAMPLE_RATE = 48_000
 VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 DEFAULT_VOICE = "default"
 #: The voice names of OpenAI's speech API (openai 3.57.0, types/audio/speech_create_params.py).
@@ -93,8 +99,6 @@ OPENAI_VOICES = (
 #: OpenAI's response formats, in the order its API reference lists them; mp3 is its default.
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 DEFAULT_RESPONSE_FORMAT = "mp3"
-#: OpenAI's pcm: "raw samples in 24kHz (16-bit signed, low-endian), without the header".
-PCM_SAMPLE_RATE = 24_000
 EXIT_BAD_MODEL_DIR = 2
 EXIT_BAD_ARGUMENTS = 2
 EXIT_LOAD_FAILED = 3
@@ -135,159 +139,6 @@ class SpeechRequest(BaseModel):
     response_format: ResponseFormat = DEFAULT_RESPONSE_FORMAT
     speed: float = Field(default=1.0, ge=0.25, le=4.0)
     stream_format: Literal["audio"] | None = None
-
-
-# --------------------------------------------------------------------------------------------
-# synthesizers
-
-
-class Synthesizer(Protocol):
-    """What the server needs from a text-to-speech engine."""
-
-    name: str
-    sample_rate: int
-
-    def load(self) -> None: ...
-
-    def synthesize(self, text: str, reference_wav: str | None) -> np.ndarray:
-        """Mono waveform, float32 in [-1, 1], at ``sample_rate``."""
-        ...
-
-
-class VoxCPM2Synthesizer:
-    """VoxCPM2 through voxcpm's own API (voxcpm 2.0.3: voxcpm/core.py ``VoxCPM``)."""
-
-    name = "voxcpm"
-
-    def __init__(self, model_dir: str, device: str, optimize: bool, cfg_value: float, steps: int):
-        self.model_dir, self.device, self.optimize = model_dir, device, optimize
-        self.cfg_value, self.steps = cfg_value, steps
-        self.sample_rate = VOXCPM2_SAMPLE_RATE
-        self._model = None
-
-    def load(self) -> None:
-        from voxcpm import VoxCPM  # heavy (torch); imported only by the real synthesizer
-
-        # The denoiser (ZipEnhancer) would be fetched from ModelScope: not loaded, as in
-        # voxcpm's README example (load_denoiser=False).
-        self._model = VoxCPM(
-            voxcpm_model_path=self.model_dir,
-            zipenhancer_model_path=None,
-            enable_denoiser=False,
-            optimize=self.optimize,
-            device=self.device,
-        )
-        self.sample_rate = int(self._model.tts_model.sample_rate)
-
-    def synthesize(self, text: str, reference_wav: str | None) -> np.ndarray:
-        return self._model.generate(
-            text=text,
-            reference_wav_path=reference_wav,
-            cfg_value=self.cfg_value,
-            inference_timesteps=self.steps,
-        )
-
-
-class ToneTestDouble:
-    """TEST DOUBLE standing in for VoxCPM2 where the model cannot run (no weights, no GPU).
-
-    Loads nothing (waits ``load_seconds`` so readiness can be observed before and after "load")
-    and returns a deterministic 440 Hz tone, 50 ms per input character (at most 30 s), at 48 kHz.
-    """
-
-    name = "test-double"
-    sample_rate = VOXCPM2_SAMPLE_RATE
-    seconds_per_char = 0.05
-    max_seconds = 30.0
-
-    def __init__(self, load_seconds: float = 0.0):
-        self.load_seconds = load_seconds
-
-    def load(self) -> None:
-        time.sleep(self.load_seconds)
-
-    def synthesize(self, text: str, reference_wav: str | None) -> np.ndarray:
-        seconds = min(self.max_seconds, self.seconds_per_char * len(text))
-        t = np.arange(int(seconds * self.sample_rate), dtype=np.float32) / self.sample_rate
-        return (0.3 * np.sin(2 * math.pi * 440.0 * t)).astype(np.float32)
-
-
-# --------------------------------------------------------------------------------------------
-# audio encoding
-
-
-@dataclass(frozen=True)
-class AudioFormat:
-    """How one ``response_format`` is made with FFmpeg (through PyAV)."""
-
-    container: str  # FFmpeg muxer
-    codec: str  # FFmpeg encoder
-    sample_format: str  # a sample format the encoder takes
-    media_type: str  # Content-Type of the response
-    bit_rate: int | None = None  # lossy codecs only
-    rate: int | None = None  # fixed output rate; None: the synthesizer's (if the encoder takes it)
-
-
-#: OpenAI's response formats. Bit rates are rigup's choice for mono speech (OpenAI publishes
-#: none); Opus is 48 kHz, the rate Opus decoders always output.
-FORMATS: dict[str, AudioFormat] = {
-    "mp3": AudioFormat("mp3", "libmp3lame", "s16p", "audio/mpeg", bit_rate=128_000),
-    "opus": AudioFormat("ogg", "libopus", "flt", "audio/ogg", bit_rate=64_000, rate=48_000),
-    "aac": AudioFormat("adts", "aac", "fltp", "audio/aac", bit_rate=128_000),
-    "flac": AudioFormat("flac", "flac", "s16", "audio/flac"),
-    "wav": AudioFormat("wav", "pcm_s16le", "s16", "audio/wav"),
-    "pcm": AudioFormat("s16le", "pcm_s16le", "s16", "audio/pcm", rate=PCM_SAMPLE_RATE),
-}
-
-
-def mono_float(waveform: np.ndarray) -> np.ndarray:
-    """A synthesizer's waveform (any shape, nominally in [-1, 1]) as mono float32 in [-1, 1].
-
-    Values outside [-1, 1] are clipped; NaN becomes 0. Raises ``ValueError`` for an empty array.
-    """
-    audio = np.asarray(waveform, dtype=np.float32).reshape(-1)
-    if audio.size == 0:
-        raise ValueError("the synthesizer returned no audio")
-    audio = np.nan_to_num(audio, nan=0.0, posinf=1.0, neginf=-1.0)
-    return np.clip(audio, -1.0, 1.0)
-
-
-def output_rate(fmt: AudioFormat, rate: int) -> int:
-    """The rate ``fmt`` is sent at for audio made at ``rate``: the format's own rate, else
-    ``rate`` when the encoder takes it, else the encoder's nearest rate above (or its highest)."""
-    if fmt.rate:
-        return fmt.rate
-    rates = av.Codec(fmt.codec, "w").audio_rates
-    if not rates or rate in rates:
-        return rate
-    above = [r for r in rates if r > rate]
-    return min(above) if above else max(rates)
-
-
-def encode(waveform: np.ndarray, rate: int, response_format: str) -> tuple[bytes, int]:
-    """``(file bytes, their sample rate)``: mono audio at ``rate`` Hz encoded as
-    ``response_format`` (a key of :data:`FORMATS`) by FFmpeg through PyAV; the rate and the
-    sample format are converted by FFmpeg's resampler (swresample, band-limited)."""
-    fmt = FORMATS[response_format]
-    audio = mono_float(waveform)
-    out_rate = output_rate(fmt, rate)
-    buf = io.BytesIO()
-    with av.open(buf, mode="w", format=fmt.container) as out:
-        stream = out.add_stream(fmt.codec, rate=out_rate, layout="mono")
-        if fmt.bit_rate:
-            stream.bit_rate = fmt.bit_rate
-        frame = av.AudioFrame.from_ndarray(audio[None, :], format="flt", layout="mono")
-        frame.sample_rate = rate
-        resampler = av.AudioResampler(
-            format=fmt.sample_format,
-            layout="mono",
-            rate=out_rate,
-            frame_size=stream.codec_context.frame_size or None,
-        )
-        for piece in [*resampler.resample(frame), *resampler.resample(None)]:
-            out.mux(stream.encode(piece))
-        out.mux(stream.encode(None))
-    return buf.getvalue(), out_rate
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from roles.common.facts import ListeningSockets, UnitState
+from roles.common.libraries import host_library
 from roles.common.operations import check_passes, secret_file
 from roles.common.paths import Layout, ServicePaths
 from roles.common.urls import is_loopback, local_probe_url, port_holders
@@ -328,10 +329,11 @@ def require_port_free(spec: ServiceSpec) -> None:
         )
 
 
-#: rigup's diagnosis library and unit reader, installed in ``<prefix>/lib`` for rigup-explain
+#: rigup's diagnosis library and unit reader, installed in ``<prefix>/lib`` for rigup-explain:
+#: name on the host -> source (a module, or a package directory)
 HOST_LIBRARIES = {
-    "rigup_diagnosis.py": Path(__file__).with_name("diagnosis.py"),
-    "rigup_units.py": Path(__file__).with_name("units.py"),
+    "rigup_diagnosis": Path(__file__).with_name("diagnosis"),
+    "rigup_units": Path(__file__).with_name("units.py"),
 }
 
 
@@ -345,7 +347,7 @@ def service_tools(settings: Any) -> None:
     for path in (layout.bin, layout.lib):
         files.directory(name=f"Directory {path}", path=path, mode="755")
     for name, src in HOST_LIBRARIES.items():
-        files.put(name=f"Library {name}", src=str(src), dest=f"{layout.lib}/{name}", mode="644")
+        host_library(name, src, layout.lib)
     for script, what in (
         ("wait-ready", "service readiness"),
         ("rigup-start", "honest starts"),

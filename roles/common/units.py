@@ -1,7 +1,7 @@
 """systemd units as rigup's on-host tools read them: ``systemctl show``, the journal of a unit's
 last runs, and what both say (the diagnosis library's verdicts).
 
-Standard library only: installed on the host as ``rigup_units.py`` beside ``rigup_diagnosis.py``
+Standard library only: installed on the host as ``rigup_units.py`` beside the package ``rigup_diagnosis``
 (``<prefix>/lib``, with ``rigup-explain``, which rigup-start runs when a unit does not come up;
 and in rigup-doctor's library). The parsers are pure; the two readers take a ``runner``
 (``argv -> (exit status, output)``) so testinfra runs the same code over SSH.

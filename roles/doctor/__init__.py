@@ -3,7 +3,7 @@
 + ``rigup-doctor`` (read-only, seconds, ``--json``, exit 0 ok / 1 warn / 2 fail): driver, GPUs,
   Xid events, NVLink, each GPU mode's services and their journal, vLLM's /metrics over a window,
   free disk, venvs against their locks; every verdict from rigup's diagnosis library
-  (roles/common/diagnosis.py).
+  (roles/common/diagnosis).
 + ``rigup-bench``: the seed's rows with vLLM's own ``vllm bench serve`` against vllm.service,
   /metrics deltas, GPU readings, a prefix-cache self-test, A/B arms through a temporary drop-in
   (restored and verified), a JSON record per run under ``<state>/bench``.
@@ -30,6 +30,7 @@ from pyinfra.facts.files import FindFiles
 from pyinfra.operations import files
 
 from roles.common.facts import AllowedCpus
+from roles.common.libraries import host_library
 from roles.common.operations import check_passes, fingerprint
 from roles.common.paths import Layout
 from roles.doctor.config import arm_files, doctor_config
@@ -40,15 +41,16 @@ from roles.vllm.cpu import parse_cpu_list
 from roles.vllm.paths import VllmPaths
 
 ROLES = Path(__file__).resolve().parents[1]
-#: the host libraries the commands import: name on the host -> source
+#: the host libraries the commands import: name on the host -> source (a module, or a package
+#: directory)
 LIBRARIES = {
-    "rigup_diagnosis.py": ROLES / "common" / "diagnosis.py",
-    "rigup_units.py": ROLES / "common" / "units.py",
-    "rigup_nvidia.py": ROLES / "nvidia" / "parsers.py",
-    "rigup_metrics.py": ROLES / "doctor" / "metrics.py",
-    "rigup_doctor.py": ROLES / "doctor" / "checks.py",
-    "rigup_bench.py": ROLES / "doctor" / "bench.py",
-    "rigup_report.py": ROLES / "doctor" / "report.py",
+    "rigup_diagnosis": ROLES / "common" / "diagnosis",
+    "rigup_units": ROLES / "common" / "units.py",
+    "rigup_nvidia": ROLES / "nvidia" / "parsers",
+    "rigup_metrics": ROLES / "doctor" / "metrics.py",
+    "rigup_doctor": ROLES / "doctor" / "checks",
+    "rigup_bench": ROLES / "doctor" / "bench",
+    "rigup_report": ROLES / "doctor" / "report.py",
 }
 
 
@@ -77,7 +79,7 @@ def doctor(settings, llm: PlacedModel) -> None:
     for path in (dp.root, dp.bin, dp.lib, dp.etc, dp.arms, dp.results):
         files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
     for name, src in LIBRARIES.items():
-        files.put(name=f"Library {name}", src=str(src), dest=f"{dp.lib}/{name}", mode="644")
+        host_library(name, src, dp.lib)
     for name in COMMANDS:
         files.put(
             name=f"Command {name}", src=str(FILES / name), dest=f"{dp.bin}/{name}", mode="755"

@@ -20,9 +20,11 @@ from typing import Any
 try:  # on the host: installed beside this module by rigup
     import rigup_bench as bench
     import rigup_doctor as doctor
+    import rigup_nvidia as nv
 except ImportError:  # on the controller
     from roles.doctor import bench
     from roles.doctor import checks as doctor
+    from roles.nvidia import parsers as nv
 
 REPORT_GPU_FIELDS = ("index", "name", "memory.total", "power.limit", "serial", "uuid")
 
@@ -163,10 +165,10 @@ def read_gpus(runner=doctor.run) -> tuple[list[dict], dict[str, Any]]:
     if len(gpus) > 1:
         _, s = runner(["nvidia-smi", "nvlink", "-s"])
         _, t = runner(["nvidia-smi", "topo", "-m"])
-        links["active"] = {g.index: g.active for g in doctor.nv.parse_nvlink_status(s)}
+        links["active"] = {g.index: g.active for g in nv.parse_nvlink_status(s)}
         try:
-            links["pair"] = doctor.nv.parse_topology(t).get((0, 1))
-        except doctor.nv.ParseError:
+            links["pair"] = nv.parse_topology(t).get((0, 1))
+        except nv.ParseError:
             links["pair"] = None
     return gpus, links
 

@@ -6,8 +6,8 @@ inventory/group_data/all.py (rules in settings.py). Where things live:
 - settings.py    the rules of the layer's keys
 - paths.py       where the layer puts things on the host (NvidiaPaths), its units, cuda_env
 - facts.py       what the host says (PCI, driver state, packages, nvidia-smi, kernel, units)
-- parsers.py     reading nvidia-smi and friends; installed on the host as rigup_nvidia.py
-- roles/common/diagnosis.py   what each fault means (one table); on the host rigup_diagnosis.py
+- parsers/       reading nvidia-smi and friends; installed on the host as rigup_nvidia/
+- roles/common/diagnosis/     what each fault means (one table); on the host rigup_diagnosis/
 - kernel.py      the running kernel's flavour -> Canonical's prebuilt module package
 - preflight.py   everything that refuses a host, before any change
 - operations.py  the layer's own operations (driver held, CUDA_HOME linked)

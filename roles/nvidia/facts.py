@@ -1,5 +1,5 @@
 """Facts of the NVIDIA layer. Each ``process()`` is pure and tested on captured output
-(tests/unit/test_nvidia_role.py); the parsing itself lives in roles/nvidia/parsers.py."""
+(tests/unit/test_nvidia_role.py); the parsing itself lives in roles/nvidia/parsers."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 :func:`driver_preflight` returns the problems (each one stops the run; the deploy raises
 ``DeployError`` with all of them) and the warnings (printed). What each driver, GPU and kernel
-fault means comes from the diagnosis library (roles/common/diagnosis.py), so the deploy, the boot
+fault means comes from the diagnosis library (roles/common/diagnosis), so the deploy, the boot
 units, rigup-nvidia-diagnose and testinfra say the same thing about it.
 """
 

@@ -1,6 +1,6 @@
 """rigup's on-host NVIDIA tools: the boot units' scripts, rigup-nvidia-diagnose, and the two
-libraries they share with the deploy (the parsers as rigup_nvidia.py, the diagnosis library as
-rigup_diagnosis.py)."""
+libraries they share with the deploy (the parsers as rigup_nvidia, the diagnosis library as the
+package rigup_diagnosis)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from pyinfra.operations import files
 
+from roles.common.libraries import host_library
 from roles.nvidia.paths import DIAGNOSIS_LIBRARY, FILES, PARSERS_LIBRARY, NvidiaPaths
 
 SCRIPTS = ("rigup-gpu-power", "rigup-nvlink", "rigup-nvidia-diagnose", "rigup-p2p-bandwidth")
@@ -23,7 +24,7 @@ class NvidiaTools:
 
     def changed(self, script: str) -> list[Any]:
         """The operations whose change means ``script`` runs different code now."""
-        return [self.ops[script], self.ops["rigup_nvidia.py"], self.ops["rigup_diagnosis.py"]]
+        return [self.ops[script], self.ops["rigup_nvidia"], self.ops["rigup_diagnosis"]]
 
 
 def install_tools(np: NvidiaPaths) -> NvidiaTools:
@@ -31,17 +32,11 @@ def install_tools(np: NvidiaPaths) -> NvidiaTools:
     for path in (np.root, np.bin, np.lib, np.etc):
         files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
     ops = {
-        "rigup_nvidia.py": files.put(
-            name="Library rigup_nvidia.py (the deploy's parsers)",
-            src=str(PARSERS_LIBRARY),
-            dest=f"{np.lib}/rigup_nvidia.py",
-            mode="644",
+        "rigup_nvidia": host_library(
+            "rigup_nvidia", PARSERS_LIBRARY, np.lib, "the deploy's parsers"
         ),
-        "rigup_diagnosis.py": files.put(
-            name="Library rigup_diagnosis.py (the deploy's diagnoses)",
-            src=str(DIAGNOSIS_LIBRARY),
-            dest=f"{np.lib}/rigup_diagnosis.py",
-            mode="644",
+        "rigup_diagnosis": host_library(
+            "rigup_diagnosis", DIAGNOSIS_LIBRARY, np.lib, "the deploy's diagnoses"
         ),
     }
     for name in SCRIPTS:

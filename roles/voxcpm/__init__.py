@@ -7,7 +7,8 @@ Settings: every ``voxcpm_*`` key (rules in roles/voxcpm/settings.py). What it co
   docs/voxcpm.md);
 - the venv from files/voxcpm/requirements.lock (voxcpm==2.0.3 and every dependency, hashed);
 - the VoxCPM2 checkpoint placed from its manifest (files/model/manifests/voxcpm2.toml);
-- rigup's HTTP server (files/voxcpm/voxcpm_server.py), its env file (0640), its API key (0600,
+- rigup's HTTP server (files/voxcpm/voxcpm_server.py, with its modules voxcpm_synth.py and
+  voxcpm_audio.py beside it), its env file (0640), its API key (0600,
   from ``$voxcpm_api_key_env`` on the controller; required beyond loopback) and
   ``voxcpm.service`` (hardened, loopback by default, part of the media mode).
 """
@@ -35,6 +36,8 @@ from roles.voxcpm.python import PythonVersion, managed_python_installed
 from roles.voxcpm.service import exec_start, server_args, service_env, start_decision
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "voxcpm"
+#: The speech server's modules, installed beside it (files/voxcpm): file -> what it holds.
+SERVER_MODULES = {"voxcpm_synth.py": "synthesizers", "voxcpm_audio.py": "audio encoding"}
 #: The variable the speech server reads its API key from (files/voxcpm/voxcpm_server.py).
 API_KEY_VARIABLE = "VOXCPM_API_KEY"
 
@@ -149,6 +152,8 @@ def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> No
         python=interpreter,
     )
     svc.put("VoxCPM2 HTTP server (voxcpm_server.py)", FILES / "voxcpm_server.py", p.server)
+    for module, what in SERVER_MODULES.items():
+        svc.put(f"VoxCPM2 HTTP server's {what} ({module})", FILES / module, f"{p.bin}/{module}")
 
     blocker = start_decision(settings, gpu_hold_back_reason(settings, nvidia))
     if blocker is None and settings.voxcpm_test_double_synthesizer:

@@ -4,7 +4,7 @@ log. Expectations come from the settings (inventory/group_data/all.py and the in
 on hosts that declare no GPUs (the lab).
 
 Each failure says what is wrong, why and what fixes it, in the words of the diagnosis library
-(roles/common/diagnosis.py) that the deploy, the boot units and rigup-nvidia-diagnose use too.
+(roles/common/diagnosis) that the deploy, the boot units and rigup-nvidia-diagnose use too.
 Read-only: nothing here changes a GPU setting.
 """
 

@@ -84,7 +84,7 @@ def _driver_state(
     secure_boot: str | tuple[str, ...] = "SecureBoot disabled",
     dkms: tuple[str, ...] = (),
 ) -> dict:
-    """roles/nvidia/parsers.py DRIVER_STATE_COMMAND's answer (``secure_boot``: the lines of
+    """roles/nvidia/parsers DRIVER_STATE_COMMAND's answer (``secure_boot``: the lines of
     ``mokutil --sb-state``)."""
     sb_lines = (secure_boot,) if isinstance(secure_boot, str) else secure_boot
     lines = [

@@ -1,4 +1,4 @@
-"""roles/common/diagnosis.py: the one table of signatures and its classifiers, on captured output
+"""roles/common/diagnosis: the one table of signatures and its classifiers, on captured output
 (tests/fixtures/h200x2, CAPTURES.md) and real-shaped output of the faults no machine here shows
 (tests/fixtures/field, README.md)."""
 
@@ -36,10 +36,10 @@ def test_signatures_are_well_formed_data():
 
 
 def test_the_library_is_standard_library_only():
-    """It is installed on hosts beside rigup_nvidia.py, where only the standard library is."""
-    source = (FIXTURES.parent.parent / "roles/common/diagnosis.py").read_text()
-    imports = set(re.findall(r"^(?:from|import) (\w+)", source, re.M))
-    assert imports <= {"__future__", "re", "collections", "dataclasses", "typing"}, imports
+    """It is installed on hosts beside rigup_nvidia, where only the standard library is."""
+    for module in (FIXTURES.parent.parent / "roles/common/diagnosis").glob("*.py"):
+        imports = set(re.findall(r"^(?:from|import) (\w+)", module.read_text(), re.M))
+        assert imports <= {"__future__", "re", "collections", "dataclasses", "typing"}, module
 
 
 def test_verdict_reads_as_one_sentence():

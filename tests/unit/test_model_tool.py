@@ -26,6 +26,8 @@ from roles.model.commands import FILES
 from roles.model.manifest import parse_manifest
 
 place = importlib.import_module("modeltool.place")
+partial_area = importlib.import_module("modeltool.partial")
+hub_sources = importlib.import_module("modeltool.sources")
 hub = importlib.import_module("modeltool.hub")
 snapshot = importlib.import_module("modeltool.snapshot")
 layout = importlib.import_module("modeltool.layout")
@@ -517,14 +519,14 @@ def test_hub_expectations_of_a_first_placement():
         "README.md": hub.HubFile("README.md", 9, blob_id="d" * 40),
     }
     m = parse_manifest(_raw(include=["*.json", "*.safetensors"])).to_json()
-    got = place.hub_expectations(m, "e" * 40, tree)
+    got = hub_sources.hub_expectations(m, "e" * 40, tree)
     assert [(f["dest"], e) for f, e in got] == [
         ("config.json", {"size": 50, "sha256": None, "blob_id": "b" * 40}),
         ("w.safetensors", {"size": 4096, "sha256": "c" * 64, "blob_id": None}),
     ]
     listed = parse_manifest(_raw(files=[{"path": "vae.safetensors"}])).to_json()
     with pytest.raises(layout.SourceError, match="at e{40} has no vae.safetensors"):
-        place.hub_expectations(listed, "e" * 40, tree)
+        hub_sources.hub_expectations(listed, "e" * 40, tree)
 
 
 def test_a_downloaded_file_that_differs_from_the_hubs_blob_id_is_rejected(tmp_path):
@@ -533,7 +535,7 @@ def test_a_downloaded_file_that_differs_from_the_hubs_blob_id_is_rejected(tmp_pa
     (partial / "config.json.incomplete").write_bytes(b"{}")
     f = {"path": "config.json", "dest": "config.json"}
     with pytest.raises(layout.FetchError, match="git blob id .*expected \\(the hub's\\)"):
-        place.finish_file(
+        partial_area.finish_file(
             partial, f, "huggingface@x", size=2, sha256=None, got_sha256="0" * 64,
             blob_id="1" * 40, got_blob_id="2" * 40,
         )  # fmt: skip
@@ -545,7 +547,7 @@ def test_a_second_transfer_of_the_same_model_waits_then_refuses(mirror):
     tmp, files, pinned = mirror
     manifest = _manifest_file(tmp, files=pinned)
     dest = tmp / "store" / "tiny" / "label-1"
-    lock = place._lock_path(dest, str(tmp))
+    lock = partial_area._lock_path(dest, str(tmp))
     with open(lock, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         held.write("pid 4242, since 2026-11-30T12:00:00Z\n")

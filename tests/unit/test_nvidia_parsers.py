@@ -1,4 +1,4 @@
-"""roles/nvidia/parsers.py on real captured output (tests/fixtures; see their READMEs)."""
+"""roles/nvidia/parsers on real captured output (tests/fixtures; see their READMEs)."""
 
 from pathlib import Path
 

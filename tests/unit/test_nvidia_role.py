@@ -4,6 +4,7 @@ real against a recorded nvidia-smi and a recorded driver state."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from roles.nvidia.facts import (
 from roles.nvidia.kernel import kernel_flavour, uname_flavour
 from roles.nvidia.layer import NvidiaLayer, driver_usable, hold_back_reason
 from roles.nvidia.parsers import parse_driver_state
+from roles.nvidia.paths import DIAGNOSIS_LIBRARY, PARSERS_LIBRARY
 from roles.nvidia.preflight import (
     driver_packages,
     driver_preflight,
@@ -601,12 +603,11 @@ esac
 def tools(tmp_path):
     (tmp_path / "lib").mkdir()
     (tmp_path / "bin").mkdir()
-    (tmp_path / "lib" / "rigup_nvidia.py").write_text(
-        (REPO / "roles/nvidia/parsers.py").read_text()
-    )
-    (tmp_path / "lib" / "rigup_diagnosis.py").write_text(
-        (REPO / "roles/common/diagnosis.py").read_text()
-    )
+    for name, src in (("rigup_nvidia", PARSERS_LIBRARY), ("rigup_diagnosis", DIAGNOSIS_LIBRARY)):
+        if src.is_dir():
+            shutil.copytree(src, tmp_path / "lib" / name, ignore=shutil.ignore_patterns("*.pyc"))
+        else:
+            (tmp_path / "lib" / f"{name}.py").write_text(src.read_text())
     for name in ("rigup-gpu-power", "rigup-nvlink", "rigup-nvidia-diagnose"):
         (tmp_path / "bin" / name).write_text((REPO / "files/nvidia" / name).read_text())
     smi = tmp_path / "nvidia-smi"

@@ -1,4 +1,4 @@
-"""rigup-bench's command line for `vllm bench serve` (roles/doctor/bench.py bench_argv), read by
+"""rigup-bench's command line for `vllm bench serve` (roles/doctor/bench bench_argv), read by
 the pinned vLLM's own benchmark parser: every option exists and means what rigup relies on.
 
     RIGUP_VLLM_PYTHON=/var/tmp/vllm-venv/bin/python .venv/bin/pytest tests/vllm   # a local venv

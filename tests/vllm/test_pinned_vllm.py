@@ -176,7 +176,7 @@ def runs(tmp_path_factory) -> dict[str, Run]:
         ),
         "bad_kv_dtype": _replace(SEED, "--kv-cache-dtype", "fp8_e5m3"),
         "bad_gpu_util": _replace(SEED, "--gpu-memory-utilization", "1.5"),
-        # What rigup-nvlink adds when the interconnect is not verified (roles/nvidia/parsers.py)
+        # What rigup-nvlink adds when the interconnect is not verified (roles/nvidia/parsers)
         "interconnect_fallback": [*SEED, *interconnect_env(None)[1]],
     }
     from tests.conftest import load_group_data

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from modeltool.hashing import copy_resuming
 from modeltool.layout import RECORD, VERIFIED, FetchError, partial_dir
-from modeltool.place import check_free_space, current, finish_file, verified_before
+from modeltool.partial import check_free_space, current, finish_file, verified_before
 from modeltool.progress import Progress
 from modeltool.snapshot import mismatches
 from modeltool.wheelhouse import fill, python_builds

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from modeltool.hashing import sha256_file
 from modeltool.layout import FetchError
-from modeltool.place import current
+from modeltool.partial import current
 from modeltool.progress import Progress
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"

@@ -1,0 +1,84 @@
+"""The speech server's synthesizers (voxcpm_server.py's ``--synthesizer``): VoxCPM2 through
+voxcpm's own API, and the tone test double."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Protocol
+
+import numpy as np
+
+#: VoxCPM2's output rate (voxcpm 2.0.3 README: "48kHz"); the real model reports its own.
+VOXCPM2_SAMPLE_RATE = 48_000
+
+
+class Synthesizer(Protocol):
+    """What the server needs from a text-to-speech engine."""
+
+    name: str
+    sample_rate: int
+
+    def load(self) -> None: ...
+
+    def synthesize(self, text: str, reference_wav: str | None) -> np.ndarray:
+        """Mono waveform, float32 in [-1, 1], at ``sample_rate``."""
+        ...
+
+
+class VoxCPM2Synthesizer:
+    """VoxCPM2 through voxcpm's own API (voxcpm 2.0.3: voxcpm/core.py ``VoxCPM``)."""
+
+    name = "voxcpm"
+
+    def __init__(self, model_dir: str, device: str, optimize: bool, cfg_value: float, steps: int):
+        self.model_dir, self.device, self.optimize = model_dir, device, optimize
+        self.cfg_value, self.steps = cfg_value, steps
+        self.sample_rate = VOXCPM2_SAMPLE_RATE
+        self._model = None
+
+    def load(self) -> None:
+        from voxcpm import VoxCPM  # heavy (torch); imported only by the real synthesizer
+
+        # The denoiser (ZipEnhancer) would be fetched from ModelScope: not loaded, as in
+        # voxcpm's README example (load_denoiser=False).
+        self._model = VoxCPM(
+            voxcpm_model_path=self.model_dir,
+            zipenhancer_model_path=None,
+            enable_denoiser=False,
+            optimize=self.optimize,
+            device=self.device,
+        )
+        self.sample_rate = int(self._model.tts_model.sample_rate)
+
+    def synthesize(self, text: str, reference_wav: str | None) -> np.ndarray:
+        return self._model.generate(
+            text=text,
+            reference_wav_path=reference_wav,
+            cfg_value=self.cfg_value,
+            inference_timesteps=self.steps,
+        )
+
+
+class ToneTestDouble:
+    """TEST DOUBLE standing in for VoxCPM2 where the model cannot run (no weights, no GPU).
+
+    Loads nothing (waits ``load_seconds`` so readiness can be observed before and after "load")
+    and returns a deterministic 440 Hz tone, 50 ms per input character (at most 30 s), at 48 kHz.
+    """
+
+    name = "test-double"
+    sample_rate = VOXCPM2_SAMPLE_RATE
+    seconds_per_char = 0.05
+    max_seconds = 30.0
+
+    def __init__(self, load_seconds: float = 0.0):
+        self.load_seconds = load_seconds
+
+    def load(self) -> None:
+        time.sleep(self.load_seconds)
+
+    def synthesize(self, text: str, reference_wav: str | None) -> np.ndarray:
+        seconds = min(self.max_seconds, self.seconds_per_char * len(text))
+        t = np.arange(int(seconds * self.sample_rate), dtype=np.float32) / self.sample_rate
+        return (0.3 * np.sin(2 * math.pi * 440.0 * t)).astype(np.float32)

@@ -1,0 +1,120 @@
+"""rigup's diagnoses: one table of signatures, and the functions that turn tool output into verdicts.
+
+Standard library only and pure (no I/O): the deploy imports it from the controller, and rigup
+installs it on the host beside rigup_nvidia as the package ``rigup_diagnosis``, where the boot units
+(rigup-gpu-power, rigup-nvlink), rigup-nvidia-diagnose and testinfra's messages use the same
+verdicts. A fault is described here once.
+
+A :class:`Signature` is data: an ``id`` (``kind/cause`` for one diagnosis with several causes),
+the ``source`` of the text it reads (:data:`SOURCES`), a ``severity`` (ok / warn / fail), what is
+wrong, why, the fix, and how it is recognised: a regular expression searched in each line, the
+tool's exit status, or a ``matcher`` over structured state (the driver state). Templates name
+fields in braces (``{bus}``): the regular expression's named groups, ``context`` expressions
+searched in the whole text, and what ``derive`` computes from them. The order of
+:data:`SIGNATURES` is the priority: the first signature that recognises a line names it.
+
+The sources: nvidia-smi, the kernel log (Xid events, module loading, CPU traps, the OOM killer),
+DKMS, mokutil and the driver state (the NVIDIA layer); vLLM's journal (why the engine did not
+start or died: :func:`classify_vllm_log`), a window of vLLM's /metrics (prefix cache,
+speculative decoding, preemptions, KV cache: :func:`classify_metrics`), the GPUs' and NVLink's
+state, a systemd service's state (crash loops: :func:`classify_unit`), free disk and a venv
+against its lock (rigup-doctor, roles/doctor). A source's rows are read by
+:func:`classify_lines` (text) or :func:`classify_state` (structured state).
+
+The modules: ``core`` (the types and the readers), one module per source of signatures
+(``nvidia_smi``, ``kernel_log``, ``dkms`` with Secure Boot, ``driver``, ``vllm_log``, ``metrics``,
+``gpus`` with NVLink, ``services``, ``disk`` with venvs); this package assembles the table.
+"""
+
+from __future__ import annotations
+
+from .core import (
+    FAIL,
+    OK,
+    SEVERITIES,
+    SOURCES,
+    WARN,
+    Signature,
+    Verdict,
+    by_id,
+    classify_exit,
+    classify_lines,
+    classify_state,
+    clean_lines,
+    exit_status,
+    failures,
+    first_match,
+    refine,
+    signatures,
+    verdict,
+    worst,
+)
+from .disk import _DISK, _VENV, DISK_FULL_GIB
+from .dkms import _DKMS, _MOKUTIL, DKMS_CAUSES, SecureBoot, classify_dkms, secure_boot
+from .driver import _DRIVER_STATE, NOT_LOADED, classify_driver_state
+from .gpus import _GPU_STATE, _NVLINK, classify_gpus, classify_nvlink
+from .kernel_log import _KERNEL_LOG, MTP_GDN_CRASH, MTP_GDN_CRASH_FIX, classify_kernel_log
+from .metrics import _METRICS, LOW_ACCEPTANCE, PREFIX_CACHING_OFF, classify_metrics
+from .nvidia_smi import _NVIDIA_SMI, DIAGNOSE, LOST_GPU_FIX, classify_nvidia_smi
+from .services import _UNIT_STATE, classify_unit
+from .vllm_log import _VLLM_LOG, DOCTOR, classify_vllm_log
+
+#: The table, in priority order: the first signature that recognises a line names it.
+SIGNATURES: tuple[Signature, ...] = (
+    *_NVIDIA_SMI,
+    *_KERNEL_LOG,
+    *_DKMS,
+    *_MOKUTIL,
+    *_DRIVER_STATE,
+    *_VLLM_LOG,
+    *_METRICS,
+    *_GPU_STATE,
+    *_NVLINK,
+    *_UNIT_STATE,
+    *_DISK,
+    *_VENV,
+)
+
+__all__ = [
+    "OK",
+    "WARN",
+    "FAIL",
+    "SEVERITIES",
+    "SOURCES",
+    "Signature",
+    "Verdict",
+    "clean_lines",
+    "verdict",
+    "signatures",
+    "by_id",
+    "classify_lines",
+    "first_match",
+    "classify_state",
+    "classify_exit",
+    "worst",
+    "exit_status",
+    "failures",
+    "refine",
+    "LOST_GPU_FIX",
+    "DIAGNOSE",
+    "classify_nvidia_smi",
+    "MTP_GDN_CRASH",
+    "MTP_GDN_CRASH_FIX",
+    "classify_kernel_log",
+    "DKMS_CAUSES",
+    "classify_dkms",
+    "SecureBoot",
+    "secure_boot",
+    "NOT_LOADED",
+    "classify_driver_state",
+    "DOCTOR",
+    "classify_vllm_log",
+    "PREFIX_CACHING_OFF",
+    "LOW_ACCEPTANCE",
+    "classify_metrics",
+    "classify_gpus",
+    "classify_nvlink",
+    "classify_unit",
+    "DISK_FULL_GIB",
+    "SIGNATURES",
+]

@@ -1,0 +1,142 @@
+"""Signatures of a systemd service's state (systemctl show): crash loops, failed and stopped
+units; :func:`classify_unit`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .core import FAIL, OK, WARN, Signature, Verdict, classify_state
+
+
+def _unit_fields(s: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "unit": s.get("unit"),
+        "n": s.get("restarts") or 0,
+        "state": f"{s.get('active')}/{s.get('sub')}",
+        "result": s.get("result") or "?",
+        "mode": s.get("mode") or "?",
+        "other": s.get("other_mode") or "other",
+        "restart_sec": s.get("restart_sec") or "?",
+    }
+
+
+def _unit_match(test: Callable[[Mapping[str, Any]], bool]):
+    def match(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        return _unit_fields(s) if s.get("load") != "not-found" and test(s) else None
+
+    return match
+
+
+def _running(s: Mapping[str, Any]) -> bool:
+    return (s.get("active"), s.get("sub")) == ("active", "running")
+
+
+def _looping(s: Mapping[str, Any]) -> bool:
+    return s.get("active") == "activating" and (
+        s.get("sub") == "auto-restart" or (s.get("restarts") or 0) > 0
+    )
+
+
+def _enabled(s: Mapping[str, Any]) -> bool:
+    return s.get("enabled") in ("enabled", "enabled-runtime", "linked", "alias")
+
+
+_UNIT_STATE: list[Signature] = [
+    Signature(
+        id="service/crash-loop",
+        source="unit-state",
+        severity=FAIL,
+        what="{unit} is crash-looping ({state}, restarted {n} time(s) so far)",
+        why="it exits during start-up and systemd starts it again every {restart_sec} s; its "
+        "journal says why (below)",
+        fix="fix what the journal names; `journalctl -u {unit} -b` shows every attempt",
+        matcher=_unit_match(_looping),
+    ),
+    Signature(
+        id="service/failed",
+        source="unit-state",
+        severity=FAIL,
+        what="{unit} failed ({result})",
+        why="it exited with an error and systemd stopped retrying; its journal says why (below)",
+        fix="fix what the journal names, then `sudo rigup-mode {mode}` starts it again",
+        matcher=_unit_match(lambda s: s.get("active") == "failed"),
+    ),
+    Signature(
+        id="service/starting",
+        source="unit-state",
+        severity=WARN,
+        what="{unit} is starting ({state})",
+        why="it counts as up once its readiness check answers (a model load takes minutes)",
+        fix="wait; `journalctl -fu {unit}` shows the load",
+        matcher=_unit_match(lambda s: s.get("active") in ("activating", "reloading")),
+    ),
+    Signature(
+        id="service/restarted",
+        source="unit-state",
+        severity=WARN,
+        what="{unit} runs, after {n} crash(es) since it was started",
+        why="systemd restarted it after it died; the journal of the earlier run says why",
+        fix="`journalctl -u {unit} -b` shows the crash",
+        matcher=_unit_match(lambda s: _running(s) and (s.get("restarts") or 0) > 0),
+    ),
+    Signature(
+        id="service/up",
+        source="unit-state",
+        severity=OK,
+        what="{unit} is up ({state})",
+        why="running in the {mode} mode",
+        fix="nothing to do",
+        matcher=_unit_match(lambda s: s.get("active") == "active"),
+    ),
+    Signature(
+        id="service/down",
+        source="unit-state",
+        severity=FAIL,
+        what="{unit} is down in the {mode} mode ({state})",
+        why="its mode's target runs and the service does not",
+        fix="`sudo rigup-mode {mode}` starts it (and fails with its journal if it cannot)",
+        matcher=_unit_match(lambda s: _enabled(s) and bool(s.get("mode_active"))),
+    ),
+    Signature(
+        id="service/other-mode",
+        source="unit-state",
+        severity=OK,
+        what="{unit} is stopped: the rig is not in the {mode} mode",
+        why="one GPU mode runs at a time (rigup-mode)",
+        fix="`sudo rigup-mode {mode}` switches to it",
+        matcher=_unit_match(_enabled),
+    ),
+    Signature(
+        id="service/held-back",
+        source="unit-state",
+        severity=OK,
+        what="{unit} is installed and held back on this host",
+        why="it is not linked into its mode's target: no GPU or no NVIDIA driver here",
+        fix="nothing to do on this host",
+        matcher=_unit_match(lambda s: True),
+    ),
+    Signature(
+        id="bench-arm",
+        source="unit-state",
+        severity=WARN,
+        what="{unit} runs rigup-bench's arm '{arm}', not the configured state",
+        why="a benchmark arm's temporary drop-in ({dropin}) is still in place: the benchmark was "
+        "killed before it could restore the service",
+        fix="`sudo rigup-bench --restore` removes it and restarts the configured service (a "
+        "reboot removes it too: it lives under /run)",
+        matcher=lambda s: (
+            {**_unit_fields(s), "arm": s["arm"], "dropin": s.get("dropin")}
+            if s.get("arm")
+            else None
+        ),
+    ),
+]
+
+
+def classify_unit(state: Mapping[str, Any]) -> list[Verdict]:
+    """The state of one service: ``state`` is ``systemctl show``'s ActiveState/SubState/Result/
+    NRestarts/UnitFileState/LoadState as ``active``, ``sub``, ``result``, ``restarts``,
+    ``enabled``, ``load``, plus ``unit``, ``mode`` (its GPU mode), ``mode_active`` (that mode's
+    target is active), ``restart_sec`` and ``arm`` (a rigup-bench arm drop-in in place)."""
+    return classify_state("unit-state", state)

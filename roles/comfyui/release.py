@@ -32,10 +32,11 @@ from pyinfra.facts.files import FileContents
 
 from roles.comfyui.git import GitCheckout, git_checkout_pinned, git_checkout_tag
 from roles.comfyui.paths import ComfyuiPaths
+from roles.common.facts import uv_env
 from roles.common.operations import uv_venv_synced
 from roles.common.paths import Layout
 from roles.common.uv import PackageSources
-from roles.common.venv import locked_venv
+from roles.common.venv import locked_venv, uv_lock_private
 
 RELEASES = Path(__file__).resolve().parents[2] / "files" / "comfyui" / "releases"
 TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -181,8 +182,6 @@ def requirements_compiled(
     """Compile ``<src>/requirements.txt`` to ``lock`` on the host with every hash
     (``uv pip compile --universal --generate-hashes``, for ``python``'s version and up): the
     first run of a release that has no lock yet."""
-    from roles.common.facts import uv_env
-
     env = uv_env(cache_dir, tmp_dir, sources)
     yield (
         f"{env} {shlex.quote(uv)} pip compile --quiet --universal --generate-hashes "
@@ -258,6 +257,7 @@ def release_source(settings: Any) -> tuple[Release, list[OperationMeta]]:
         tmp_dir=layout.tmp,
         sources=sources,
     )
+    uv_lock_private(d.venv)
     written = release_lock_written(
         name=f"ComfyUI {rel.tag} release lock written on the controller",
         release=rel,

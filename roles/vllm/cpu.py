@@ -93,7 +93,10 @@ def cpu_serve_args(
                 notes.append(f"{flag} {tp} -> 1: this host has {len(cpus)} CPU(s), fewer than {tp}")
             else:
                 out += [flag, value]
-                if tp > 1:
+                own = (settings.get("vllm_env") or {}).get("VLLM_CPU_OMP_THREADS_BIND")
+                if tp > 1 and own:
+                    notes.append(f"{flag} {tp}: CPU workers bound as vllm_env says ({own})")
+                elif tp > 1:
                     env["VLLM_CPU_OMP_THREADS_BIND"] = bind
                     notes.append(f"{flag} {tp}: one CPU worker per group {bind}")
             i += 2

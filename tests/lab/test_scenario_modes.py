@@ -29,13 +29,13 @@ COMFYUI = comfyui_lab.comfyui_mirror() is not None
 NO_COMFYUI = "no ComfyUI mirror on the controller (set RIGUP_COMFYUI_MIRROR): ComfyUI is left out"
 
 
-def test_mode_switch_with_real_systemd_and_vllm_serving(converged):
+def test_mode_switch_with_real_systemd_and_vllm_serving(media):
     """rigup-mode switches the conflicting targets for real: the old mode's services stop first,
     the new mode's enabled services start and answer their readiness check. In the LLM mode
     vllm.service (the CPU build) serves: `rigup-mode llm` returns once /health answers, and the
     OpenAI API answers (testinfra, test_vllm_serving.py, through the SDK)."""
-    lab = converged
-    assert active(lab, "rigup-media.target") == "active", "the lab boots into the media mode"
+    lab = media
+    assert active(lab, "rigup-media.target") == "active"
     assert active(lab, "vllm.service") == "inactive", "vLLM must not run in the media mode"
     if COMFYUI:
         assert active(lab, "comfyui.service") == "active"
@@ -136,30 +136,30 @@ def test_oversubscribed_budget_is_refused_on_the_lab_before_any_change(converged
 
 
 @pytest.mark.skipif(not COMFYUI, reason=NO_COMFYUI)
-def test_user_files_in_comfyui_survive_a_converge(converged):
+def test_user_files_in_comfyui_survive_a_converge(media):
     """Outputs and custom nodes a user made are never touched; a checkout edited by hand stops
     the run with the files named instead of being reset."""
     base = "/srv/rigup/comfyui"
-    converged.ssh(
+    media.ssh(
         f"runuser -u comfyui -- sh -c 'echo picture > {base}/output/mine.png && "
         f"mkdir -p {base}/custom_nodes/my_node && echo x=1 > {base}/custom_nodes/my_node/a.py'"
     )
     assert scenario.converge().ok
-    assert converged.ssh(f"cat {base}/output/mine.png").stdout == "picture\n"
-    assert converged.ssh(f"cat {base}/custom_nodes/my_node/a.py").stdout == "x=1\n"
-    converged.ssh("echo '# my edit' >> /opt/rigup/comfyui/src/nodes.py")
+    assert media.ssh(f"cat {base}/output/mine.png").stdout == "picture\n"
+    assert media.ssh(f"cat {base}/custom_nodes/my_node/a.py").stdout == "x=1\n"
+    media.ssh("echo '# my edit' >> /opt/rigup/comfyui/src/nodes.py")
     try:
         proc = pyinfra("-y", "inventory/lab.py", "deploys/comfyui.py")
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0 and "has local changes" in out and "nodes.py" in out, out
-        assert "# my edit" in converged.ssh("tail -1 /opt/rigup/comfyui/src/nodes.py").stdout
+        assert "# my edit" in media.ssh("tail -1 /opt/rigup/comfyui/src/nodes.py").stdout
     finally:
-        converged.ssh("git -C /opt/rigup/comfyui/src checkout -- nodes.py")
+        media.ssh("git -C /opt/rigup/comfyui/src checkout -- nodes.py")
 
 
 @pytest.mark.skipif(not COMFYUI, reason=NO_COMFYUI)
-def test_comfyui_highvram_by_hand_fails_clearly_then_converge_repairs_it(converged):
-    converged.ssh(
+def test_comfyui_highvram_by_hand_fails_clearly_then_converge_repairs_it(media):
+    media.ssh(
         "sed -i 's| --cpu| --cpu --highvram|' /etc/systemd/system/comfyui.service && "
         "systemctl daemon-reload"
     )
@@ -189,25 +189,25 @@ for rel in sys.argv[1:]:
 
 
 @pytest.mark.skipif(not COMFYUI, reason=NO_COMFYUI)
-def test_flux2_manifest_placed_and_linked_where_comfyui_lists_it(converged):
+def test_flux2_manifest_placed_and_linked_where_comfyui_lists_it(media):
     """The FLUX.2 Dev manifest through the model machinery: a local copy in the repository's
     layout is verified into the store, each file linked into ComfyUI's folder from the manifest,
     and ComfyUI's own GET /models/<folder> lists it; a second run changes nothing."""
     rels = [f"split_files/{folder}/{name}" for folder, name in FLUX_FILES.items()]
-    converged.ssh(
+    media.ssh(
         "mkdir -p /srv/mirror/flux2-dev && cd /srv/mirror/flux2-dev && "
         f"python3 -c {shlex.quote(_PLACEHOLDER)} {' '.join(rels)}"
     )
     data = 'comfyui_models=["flux2-dev"]'
     proc = pyinfra("-y", "inventory/lab.py", "deploys/comfyui.py", "--data", data)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    port = comfyui_lab.lab_comfyui_port(converged.cfg)
+    port = comfyui_lab.lab_comfyui_port(media.cfg)
     for folder, name in FLUX_FILES.items():
         link = f"/srv/rigup/comfyui/models/{folder}/{name}"
-        target = converged.ssh(f"readlink {link}").stdout.strip()
+        target = media.ssh(f"readlink {link}").stdout.strip()
         assert target.startswith("/srv/rigup/models/flux2-dev/"), (link, target)
         listed = json.loads(
-            converged.ssh(f"curl -fsS http://127.0.0.1:{port}/models/{folder}").stdout
+            media.ssh(f"curl -fsS http://127.0.0.1:{port}/models/{folder}").stdout
         )
         assert name in listed, f"ComfyUI does not list {name} in {folder}: {listed}"
     dry = pyinfra("inventory/lab.py", "deploys/comfyui.py", "--dry", "--json", "--data", data)

@@ -188,3 +188,16 @@ def test_cpu_unit_runs_vllms_own_cli_through_the_launcher(settings):
     assert spec.requires == () and spec.optional_env_files[0][1].endswith("api-key.env")
     assert spec.env["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
     assert "VLLM_USE_FLASHINFER_SAMPLER" not in spec.env and "CUDA_HOME" not in spec.env
+
+
+def test_a_cpu_binding_in_vllm_env_is_the_users_own(settings):
+    """VLLM_CPU_OMP_THREADS_BIND set in vllm_env reaches the service as written: rigup's own
+    binding (one group per tensor-parallel worker from the allowed CPUs) does not replace it."""
+    from roles.vllm import served_args, service_spec
+
+    settings["vllm_device"] = "cpu"
+    settings["vllm_env"] = {"VLLM_CPU_OMP_THREADS_BIND": "98|99"}
+    spec = service_spec(settings, MODEL, [0, 1])
+    assert spec.env["VLLM_CPU_OMP_THREADS_BIND"] == "98|99"
+    _, notes, env = served_args(settings, MODEL, [0, 1])
+    assert env == {} and "CPU workers bound as vllm_env says (98|99)" in " ".join(notes)

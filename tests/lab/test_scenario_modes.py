@@ -206,9 +206,7 @@ def test_flux2_manifest_placed_and_linked_where_comfyui_lists_it(media):
         link = f"/srv/rigup/comfyui/models/{folder}/{name}"
         target = media.ssh(f"readlink {link}").stdout.strip()
         assert target.startswith("/srv/rigup/models/flux2-dev/"), (link, target)
-        listed = json.loads(
-            media.ssh(f"curl -fsS http://127.0.0.1:{port}/models/{folder}").stdout
-        )
+        listed = json.loads(media.ssh(f"curl -fsS http://127.0.0.1:{port}/models/{folder}").stdout)
         assert name in listed, f"ComfyUI does not list {name} in {folder}: {listed}"
     dry = pyinfra("inventory/lab.py", "deploys/comfyui.py", "--dry", "--json", "--data", data)
     assert dry.returncode == 0, dry.stderr[-2000:]

@@ -37,6 +37,7 @@ from roles.doctor.config import arm_files, doctor_config
 from roles.doctor.paths import COMMANDS, FILES, LINK_DIR, DoctorPaths
 from roles.doctor.settings import arm_problems
 from roles.model import PlacedModel
+from roles.vllm import LOCKS
 from roles.vllm.cpu import parse_cpu_list
 from roles.vllm.paths import VllmPaths
 
@@ -119,8 +120,6 @@ def doctor(settings, llm: PlacedModel) -> None:
             f"{shlex.quote(f'{dp.arms}/{name}.json')}"
             for name, _ in checked
         )
-        from roles.vllm import LOCKS
-
         lock = LOCKS[settings.get("vllm_device")]
         check_passes(
             name="Check the bench arms' serve arguments with vLLM's own parser",

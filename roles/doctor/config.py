@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from roles.comfyui.paths import ComfyuiPaths
 from roles.common.paths import Layout
 from roles.common.urls import local_probe_url
 from roles.doctor.paths import ARM_DROPIN, DoctorPaths
@@ -16,7 +17,9 @@ from roles.model.paths import ModelPaths
 from roles.modes import mode_services
 from roles.modes.budget import MODES
 from roles.nvidia.paths import NvidiaPaths
+from roles.vllm import MISLABELLED, served_args, service_spec
 from roles.vllm.paths import VllmPaths
+from roles.voxcpm.paths import VoxcpmPaths
 
 
 class Overlay:
@@ -43,9 +46,6 @@ def venvs(data: Any) -> list[dict[str, Any]]:
     """Every locked venv on the host: ``{"name", "python", "lock", "deploy"}`` (and the
     distributions uv reinstalls at every sync, ``mislabelled``: not a difference from the lock,
     roles/common/facts.py UvSyncPending)."""
-    from roles.comfyui.paths import ComfyuiPaths
-    from roles.vllm import MISLABELLED
-    from roles.voxcpm.paths import VoxcpmPaths
 
     npaths = NvidiaPaths.from_data(data)
     found = [
@@ -84,8 +84,6 @@ def _venv(paths: Any) -> dict[str, str]:
 
 def served(data: Any, model_dir: str, cpus: list[int]) -> list[str]:
     """The arguments vllm.service runs with (``vllm serve`` ARGS): the vLLM role's."""
-    from roles.vllm import served_args
-
     return served_args(data, model_dir, cpus)[0]
 
 
@@ -187,8 +185,6 @@ def arm_files(
     rigup-bench puts under /run), ``.env`` (its environment, read after the unit's own
     environment files so that it wins) and, for an arm that changes vLLM flags, ``.json`` (its
     ``vllm serve`` arguments, checked by vLLM's parser at converge)."""
-    from roles.vllm import service_spec
-
     dp = DoctorPaths.from_data(data)
     lines = [
         f"# rigup-bench arm {name}: {arm['what']}\n",

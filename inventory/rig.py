@@ -1,7 +1,7 @@
 """The rig: one Ubuntu 26.04 box with two RTX 3090s (NVLink bridge).
 
-Edit the defaults below or set the environment variables, then run
-    pyinfra inventory/rig.py deploys/full.py
+Edit the defaults below or set the environment variables, then run (after bin/bootstrap)
+    .venv/bin/pyinfra inventory/rig.py deploys/full.py        (add --sudo for a non-root user)
 Settings (versions, flags, paths) live in inventory/group_data/all.py; anything set here for the
 host overrides them for this host only.
 

@@ -184,7 +184,7 @@ model_verify_sha256 = False
 # recorded, and the run names the lock it wrote; every later run and rig gets exactly those bytes.
 model_lock_dir = ""
 model_backup_dir = ""  # deploys/model_backup.py copies the store here (a backup disk, a NAS)
-model_tool_python = "python3"  # interpreter of the model tool venv (huggingface_hub >= 3.9)
+model_tool_python = "python3"  # interpreter of the model tool venv (huggingface_hub needs Python >= 3.9)
 
 # --- VoxCPM2 text-to-speech -----------------------------------------------------------
 # voxcpm 2.0.3 supports Python 3.10-3.12 (its README: "Python >= 3.10 (<3.13)"), its lock 3.11 and
@@ -273,7 +273,7 @@ comfyui_env = {}  # extra environment for the service
 # Model manifests placed in the store and linked into comfyui_base_dir/models/<folder>:
 # manifest names (files/model/manifests/<name>.toml) or absolute .toml paths.
 comfyui_models = [
-    "flux2-dev",  # FLUX.2 Dev (black-forest-labs/FLUX.2-dev)
+    "flux2-dev",  # FLUX.2 Dev (ComfyUI's repackaged files: Comfy-Org/flux2-dev)
     # LTX-2.3 needs files from four Hugging Face repositories, one manifest each:
     "ltx-2.3-22b-dev-fp8",
     "ltx-2.3-spatial-upscaler",
@@ -316,7 +316,7 @@ bench_rows = [
      "concurrency": 1, "input_len": 32768, "output_len": 1, "prompts": 2, "seed": 15.2},
 ]  # fmt: skip
 bench_seed_acceptance = 0.777  # seed: MTP 3 acceptance 77.7 % (the 2x3090 log says the same)
-# A/B arms: `sudo rigup-bench --arm NAME` restarts vllm.service with a temporary drop-in (under
+# A/B arms: `sudo rigup-bench --arms NAME` restarts vllm.service with a temporary drop-in (under
 # /run) that sets `env`, unsets `unset` and changes `settings` (vLLM flags, checked like the
 # rest), runs the rows, then restores the configured service and verifies it, also when
 # interrupted. seed: the owner's A/B figures for the decode row.

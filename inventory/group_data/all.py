@@ -184,7 +184,7 @@ model_verify_sha256 = False
 # recorded, and the run names the lock it wrote; every later run and rig gets exactly those bytes.
 model_lock_dir = ""
 model_backup_dir = ""  # deploys/model_backup.py copies the store here (a backup disk, a NAS)
-model_tool_python = "python3"  # interpreter of the model tool venv (huggingface_hub needs Python >= 3.9)
+model_tool_python = "python3"  # the model tool venv's interpreter (Python >= 3.9)
 
 # --- VoxCPM2 text-to-speech -----------------------------------------------------------
 # voxcpm 2.0.3 supports Python 3.10-3.12 (its README: "Python >= 3.10 (<3.13)"), its lock 3.11 and

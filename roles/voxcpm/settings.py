@@ -27,20 +27,24 @@ from roles.model.settings import manifest_ref
 FILES = Path(__file__).resolve().parents[2] / "files" / "voxcpm"
 LOCK = FILES / "requirements.lock"
 SERVER = FILES / "voxcpm_server.py"
+#: the server's own modules beside it (synthesizers, audio encoding)
+SERVER_PARTS = (SERVER, FILES / "voxcpm_synth.py", FILES / "voxcpm_audio.py")
 
 
 def server_constant(name: str) -> Any:
-    """A constant of the speech server (files/voxcpm/voxcpm_server.py), read without importing it
-    (it needs the service venv): a literal, or the pattern of a ``re.compile(...)``."""
-    for node in ast.parse(SERVER.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in node.targets
-        ):
-            value = node.value
-            if isinstance(value, ast.Call):
-                return re.compile(ast.literal_eval(value.args[0]))
-            return ast.literal_eval(value)
-    raise LookupError(f"{SERVER} defines no {name}")
+    """A constant of the speech server (files/voxcpm/voxcpm_server.py or the modules beside it),
+    read without importing them (they need the service venv): a literal, or the pattern of a
+    ``re.compile(...)``. Raises LookupError when none of them assigns ``name``."""
+    for path in SERVER_PARTS:
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in node.targets
+            ):
+                value = node.value
+                if isinstance(value, ast.Call):
+                    return re.compile(ast.literal_eval(value.args[0]))
+                return ast.literal_eval(value)
+    raise LookupError(f"{SERVER} and the modules beside it define no {name}")
 
 
 #: The voice names of OpenAI's speech API and a voice name, as the server knows them.

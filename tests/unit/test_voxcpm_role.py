@@ -155,3 +155,19 @@ def test_lab_python_mirror_script_is_valid_shell():
 )  # fmt: skip
 def test_is_loopback(address, loopback):
     assert is_loopback(address) is loopback
+
+
+@pytest.mark.parametrize("name", ["OPENAI_VOICES", "PCM_SAMPLE_RATE", "VOICE_NAME"])
+def test_every_server_constant_the_role_and_tests_read_is_found(name):
+    """settings and tests/infra read these from the speech server's files without importing
+    them: each must be assigned in the server or a module beside it."""
+    from roles.voxcpm.settings import server_constant
+
+    assert server_constant(name) is not None
+
+
+def test_an_unknown_server_constant_is_a_lookup_error():
+    from roles.voxcpm.settings import server_constant
+
+    with pytest.raises(LookupError, match="NO_SUCH_NAME"):
+        server_constant("NO_SUCH_NAME")

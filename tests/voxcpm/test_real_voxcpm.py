@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from roles.voxcpm.settings import SERVER_PARTS
+
 REPO = Path(__file__).resolve().parents[2]
 BUILDER = REPO / "tests" / "voxcpm" / "tiny_voxcpm2.py"
-SERVER = REPO / "files" / "voxcpm" / "voxcpm_server.py"
 ON_LAB = os.environ.get("RIGUP_VOXCPM_ON_LAB") == "1"
 #: the venv and server rigup deploys (roles/voxcpm/service.py, default settings)
 LAB_PYTHON = "/opt/rigup/voxcpm/venv/bin/python"
@@ -113,7 +114,8 @@ def server():
     target = Target()
     target.run(f"rm -rf {WORK} && mkdir -p {WORK}/voices")
     target.put(BUILDER, f"{WORK}/tiny_voxcpm2.py")
-    target.put(SERVER, f"{WORK}/voxcpm_server.py")
+    for part in SERVER_PARTS:  # the server and the modules it imports from beside it
+        target.put(part, f"{WORK}/{part.name}")
     built = target.run(f"{PYTHON} {WORK}/tiny_voxcpm2.py {WORK}/model", timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     info = json.loads(built.stdout.strip().splitlines()[-1])

@@ -29,6 +29,16 @@ COMFYUI = comfyui_lab.comfyui_mirror() is not None
 NO_COMFYUI = "no ComfyUI mirror on the controller (set RIGUP_COMFYUI_MIRROR): ComfyUI is left out"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def fully_converged(converged):
+    """A full converge first: earlier modules place models again with deploys/model.py alone,
+    which leaves vLLM's checks of the placed model to the next full converge; the tests here
+    expect a converged lab (0 changes planned while vLLM serves)."""
+    result = scenario.converge()
+    assert result.ok, f"converge failed (exit {result.rc}); its output is above"
+    return converged
+
+
 def test_mode_switch_with_real_systemd_and_vllm_serving(media):
     """rigup-mode switches the conflicting targets for real: the old mode's services stop first,
     the new mode's enabled services start and answer their readiness check. In the LLM mode

@@ -236,26 +236,24 @@ def release_source(settings: Any) -> tuple[Release, list[OperationMeta]]:
         url=settings.comfyui_git_url,
         tag=rel.tag,
     )
-    sources = PackageSources.from_data(settings).uv_env()
+    # what both uv operations run with: the lock, the interpreter, uv and where packages come from
+    uv_args = {
+        "lock": d.lock,
+        "python": settings.comfyui_python,
+        "uv": layout.uv,
+        "cache_dir": layout.uv_cache,
+        "tmp_dir": layout.tmp,
+        "sources": PackageSources.from_data(settings).uv_env(),
+    }
     compiled = requirements_compiled(
         name=f"ComfyUI {rel.tag} requirements locked (uv pip compile --generate-hashes)",
         src=d.src,
-        lock=d.lock,
-        python=settings.comfyui_python,
-        uv=layout.uv,
-        cache_dir=layout.uv_cache,
-        tmp_dir=layout.tmp,
-        sources=sources,
+        **uv_args,
     )
     venv = uv_venv_synced(
         name=f"ComfyUI venv (ComfyUI {rel.tag} requirements; uv, locked on this run)",
         venv=d.venv,
-        lock=d.lock,
-        python=settings.comfyui_python,
-        uv=layout.uv,
-        cache_dir=layout.uv_cache,
-        tmp_dir=layout.tmp,
-        sources=sources,
+        **uv_args,
     )
     uv_lock_private(d.venv)
     written = release_lock_written(

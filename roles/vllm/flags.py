@@ -7,12 +7,13 @@ own parser checks it (files/vllm/check_args.py).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from roles.common.service import exec_line
+from roles.common.setting import render
 from roles.common.urls import local_probe_url
+from roles.vllm.settings import SETTINGS
 
 
 def serve_args(data: Mapping[str, Any] | Any, model_dir: str) -> list[str]:
@@ -22,59 +23,16 @@ def serve_args(data: Mapping[str, Any] | Any, model_dir: str) -> list[str]:
 
 
 def managed_args(data: Mapping[str, Any] | Any, model_dir: str) -> list[str]:
-    """The arguments rigup's settings decide, in a stable order (no ``vllm_extra_args``).
+    """The arguments rigup's settings decide (no ``vllm_extra_args``): the checkpoint, then each
+    flag of roles/vllm/settings.py ``SETTINGS`` in its declared order and form
+    (roles.common.setting: a value, a ``--x``/``--no-x`` switch, compact JSON, nothing when off).
 
     Shape: ``[model_dir, "--served-model-name", name, "--host", h, "--port", "8000", ...]``. Units:
     ``--max-model-len`` and ``--max-num-batched-tokens`` in tokens, ``--block-size`` in tokens per
     KV block, ``--gpu-memory-utilization`` as a fraction of each GPU's memory. The speculative
     config is compact JSON (``{"method":"mtp","num_speculative_tokens":3}``), as the seed used it.
     """
-    args = [
-        model_dir,
-        "--served-model-name", str(data.get("vllm_served_model_name")),
-        "--host", str(data.get("vllm_host")),
-        "--port", str(data.get("vllm_port")),
-        "--tensor-parallel-size", str(data.get("vllm_tensor_parallel_size")),
-        "--kv-cache-dtype", str(data.get("vllm_kv_cache_dtype")),
-        "--block-size", str(data.get("vllm_block_size")),
-        "--max-num-batched-tokens", str(data.get("vllm_max_num_batched_tokens")),
-        "--max-model-len", str(data.get("vllm_max_model_len")),
-        "--gpu-memory-utilization", str(data.get("vllm_gpu_memory_utilization")),
-    ]  # fmt: skip
-    spec = data.get("vllm_speculative_config")
-    if spec:
-        args += ["--speculative-config", json.dumps(dict(spec), separators=(",", ":"))]
-    if data.get("vllm_text_only_method") == "language_model_only":
-        args.append("--language-model-only")
-    args += ["--max-num-seqs", str(data.get("vllm_max_num_seqs"))]
-    args.append(
-        "--enable-prefix-caching"
-        if data.get("vllm_enable_prefix_caching")
-        else "--no-enable-prefix-caching"
-    )
-    args.append(
-        "--enable-chunked-prefill"
-        if data.get("vllm_enable_chunked_prefill")
-        else "--no-enable-chunked-prefill"
-    )
-    threshold = data.get("vllm_long_prefill_token_threshold")
-    if threshold:
-        args += ["--long-prefill-token-threshold", str(threshold)]
-    if data.get("vllm_reasoning_parser"):
-        args += ["--reasoning-parser", str(data.get("vllm_reasoning_parser"))]
-    if data.get("vllm_tool_call_parser"):
-        args += [
-            "--enable-auto-tool-choice",
-            "--tool-call-parser",
-            str(data.get("vllm_tool_call_parser")),
-        ]
-    generation = data.get("vllm_override_generation_config")
-    if generation:
-        args += [
-            "--override-generation-config",
-            json.dumps(dict(generation), separators=(",", ":"), sort_keys=True),
-        ]
-    return args
+    return [model_dir, *render(SETTINGS, data)]
 
 
 def service_env(

@@ -26,6 +26,18 @@ from roles.common.checks import (
     str_list,
 )
 from roles.common.locks import version_check
+from roles.common.setting import (
+    Flag,
+    JsonFlag,
+    Marker,
+    Setting,
+    Switch,
+    Withheld,
+    each_rule,
+    managed_flags,
+    optional,
+    rules,
+)
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "vllm"
 LOCK = FILES / "requirements.lock"
@@ -64,37 +76,6 @@ KV_CACHE_MIN_COMPUTE_CAPABILITY = {"fp8": (8, 9), "fp8_e4m3": (8, 9)}
 
 #: Text-only serving methods (docs/text-only.md).
 TEXT_ONLY_METHODS = ("language_model_only", "strip_vision_config")
-
-#: `vllm serve` flags rigup sets from its own settings (flag -> setting), so not allowed in
-#: vllm_extra_args under any spelling (roles.common.checks.flag_clashes; the host's check runs
-#: vLLM's own parser on the whole line as well: files/vllm/check_args.py --managed).
-MANAGED: dict[str, str] = {
-    "--model": "model_llm_manifest",
-    "--served-model-name": "vllm_served_model_name",
-    "--host": "vllm_host",
-    "--port": "vllm_port",
-    "--tensor-parallel-size": "vllm_tensor_parallel_size",
-    "--kv-cache-dtype": "vllm_kv_cache_dtype",
-    "--block-size": "vllm_block_size",
-    "--max-num-batched-tokens": "vllm_max_num_batched_tokens",
-    "--max-model-len": "vllm_max_model_len",
-    "--gpu-memory-utilization": "vllm_gpu_memory_utilization",
-    "--speculative-config": "vllm_speculative_config",
-    "--language-model-only": "vllm_text_only_method",
-    "--max-num-seqs": "vllm_max_num_seqs",
-    "--enable-prefix-caching": "vllm_enable_prefix_caching",
-    "--no-enable-prefix-caching": "vllm_enable_prefix_caching",
-    "--enable-chunked-prefill": "vllm_enable_chunked_prefill",
-    "--no-enable-chunked-prefill": "vllm_enable_chunked_prefill",
-    "--long-prefill-token-threshold": "vllm_long_prefill_token_threshold",
-    "--reasoning-parser": "vllm_reasoning_parser",
-    "--enable-auto-tool-choice": "vllm_tool_call_parser",
-    "--tool-call-parser": "vllm_tool_call_parser",
-    "--override-generation-config": "vllm_override_generation_config",
-    "--api-key": "vllm_api_key_env",
-}
-#: vLLM 0.22.1's other spellings of managed flags (vllm/engine/arg_utils.py)
-ALIASES: dict[str, str] = {"-tp": "--tensor-parallel-size", "-sc": "--speculative-config"}
 
 
 def speculative_config(value: Any) -> str | None:
@@ -139,52 +120,117 @@ def generation_config(value: Any) -> str | None:
     return f"values must be numbers, got {bad}" if bad else None
 
 
-RULES: dict[str, Check] = {
-    "vllm_version": version_check(LOCK, "vllm", "vllm_version"),
-    "vllm_device": choice(DEVICES),
-    "vllm_cpu_memory_utilization": number(0.0, 1.0, lo_open=True),
-    "vllm_user": matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
-    "vllm_python": python_interpreter,
-    "vllm_host": host_address,
-    "vllm_port": service_port,
-    "vllm_served_model_name": matches(SAFE_NAME, "a name of letters, digits, '.', '_' and '-'"),
-    "vllm_tensor_parallel_size": integer(1, 16),
-    "vllm_kv_cache_dtype": choice(KV_CACHE_DTYPES),
-    "vllm_block_size": integer(1, 1024),
-    "vllm_max_num_batched_tokens": integer(1, 10_000_000),
-    "vllm_speculative_config": speculative_config,
-    "vllm_max_model_len": integer(1, 10_000_000),
-    "vllm_gpu_memory_utilization": number(0.0, 1.0, lo_open=True),
-    "vllm_text_only_method": choice(TEXT_ONLY_METHODS),
-    "vllm_reasoning_parser": matches(PARSER_NAME, "a vLLM reasoning parser name or ''"),
-    "vllm_tool_call_parser": matches(PARSER_NAME, "a vLLM tool-call parser name or ''"),
-    "vllm_max_num_seqs": integer(1, 1024),
-    "vllm_enable_prefix_caching": boolean,
-    "vllm_enable_chunked_prefill": boolean,
-    "vllm_long_prefill_token_threshold": integer(0, 10_000_000),
-    "vllm_override_generation_config": generation_config,
-    "vllm_api_key_env": matches(ENV_NAME, "an environment variable name such as VLLM_API_KEY"),
-    "vllm_extra_args": str_list,
-    "vllm_start_timeout_s": integer(30, 24 * 3600),
-    "vllm_env": env_mapping,
-}
+#: The vLLM role's settings. Those with a ``flag`` are the `vllm serve` flags rigup manages: they
+#: render in this order after the checkpoint (roles/vllm/flags.py ``managed_args``), and
+#: ``vllm_extra_args`` may not set them under any spelling (:data:`MANAGED`). A new served flag is
+#: one line here plus its default and source in inventory/group_data/all.py.
+SETTINGS: tuple[Setting, ...] = (
+    Setting("vllm_version", version_check(LOCK, "vllm", "vllm_version")),
+    Setting("vllm_device", choice(DEVICES)),
+    Setting("vllm_cpu_memory_utilization", number(0.0, 1.0, lo_open=True)),
+    Setting("vllm_user", matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)")),
+    Setting("vllm_python", python_interpreter),
+    Setting(
+        "vllm_served_model_name",
+        matches(SAFE_NAME, "a name of letters, digits, '.', '_' and '-'"),
+        flag=Flag("--served-model-name"),
+    ),
+    Setting("vllm_host", host_address, flag=Flag("--host")),
+    Setting("vllm_port", service_port, flag=Flag("--port")),
+    Setting("vllm_tensor_parallel_size", integer(1, 16), flag=Flag("--tensor-parallel-size")),
+    Setting("vllm_kv_cache_dtype", choice(KV_CACHE_DTYPES), flag=Flag("--kv-cache-dtype")),
+    Setting("vllm_block_size", integer(1, 1024), flag=Flag("--block-size")),
+    Setting(
+        "vllm_max_num_batched_tokens",
+        integer(1, 10_000_000),
+        flag=Flag("--max-num-batched-tokens"),
+    ),
+    Setting("vllm_max_model_len", integer(1, 10_000_000), flag=Flag("--max-model-len")),
+    Setting(
+        "vllm_gpu_memory_utilization",
+        number(0.0, 1.0, lo_open=True),
+        flag=Flag("--gpu-memory-utilization"),
+    ),
+    # None: speculative decoding off
+    Setting(
+        "vllm_speculative_config",
+        speculative_config,
+        optional=True,
+        flag=JsonFlag("--speculative-config"),
+    ),
+    Setting(
+        "vllm_text_only_method",
+        choice(TEXT_ONLY_METHODS),
+        flag=Marker("--language-model-only", when="language_model_only"),
+    ),
+    Setting("vllm_max_num_seqs", integer(1, 1024), flag=Flag("--max-num-seqs")),
+    Setting("vllm_enable_prefix_caching", boolean, flag=Switch("--enable-prefix-caching")),
+    Setting("vllm_enable_chunked_prefill", boolean, flag=Switch("--enable-chunked-prefill")),
+    Setting(
+        "vllm_long_prefill_token_threshold",
+        integer(0, 10_000_000),
+        flag=Flag("--long-prefill-token-threshold", omit_off=True),
+    ),
+    Setting(
+        "vllm_reasoning_parser",
+        matches(PARSER_NAME, "a vLLM reasoning parser name or ''"),
+        flag=Flag("--reasoning-parser", omit_off=True),
+    ),
+    Setting(
+        "vllm_tool_call_parser",
+        matches(PARSER_NAME, "a vLLM tool-call parser name or ''"),
+        flag=Flag("--tool-call-parser", omit_off=True, lead=("--enable-auto-tool-choice",)),
+    ),
+    Setting(
+        "vllm_override_generation_config",
+        generation_config,
+        flag=JsonFlag("--override-generation-config", sort_keys=True),
+    ),
+    # the key reaches vLLM through its environment (VLLM_API_KEY), never argv
+    Setting(
+        "vllm_api_key_env",
+        matches(ENV_NAME, "an environment variable name such as VLLM_API_KEY"),
+        flag=Withheld("--api-key"),
+    ),
+    Setting("vllm_extra_args", str_list),
+    Setting("vllm_start_timeout_s", integer(30, 24 * 3600)),
+    Setting("vllm_env", env_mapping),
+)
 
-#: Keys that may be None (meaning: the documented default behaviour).
-OPTIONAL: tuple[str, ...] = ("vllm_speculative_config",)
+RULES: dict[str, Check] = rules(SETTINGS)
+OPTIONAL: tuple[str, ...] = optional(SETTINGS)
+
+#: `vllm serve` flags rigup sets from its own settings (flag -> setting), so not allowed in
+#: vllm_extra_args under any spelling (roles.common.checks.flag_clashes; the host's check runs
+#: vLLM's own parser on the whole line as well: files/vllm/check_args.py --managed). The
+#: checkpoint is `vllm serve`'s positional argument (``--model`` is its other spelling), the placed
+#: model_llm_manifest; every other flag is declared in :data:`SETTINGS`.
+MANAGED: dict[str, str] = {"--model": "model_llm_manifest", **managed_flags(SETTINGS)}
+#: vLLM 0.22.1's other spellings of managed flags (vllm/engine/arg_utils.py)
+ALIASES: dict[str, str] = {"-tp": "--tensor-parallel-size", "-sc": "--speculative-config"}
 
 
-def consistency(values: Mapping[str, Any]) -> list[str]:
-    """Rules over several vLLM keys; ``values`` holds every key that passed its own check."""
-    problems = []
-    if values["vllm_device"] == "cpu":
-        problem = version_check(CPU_LOCK, "vllm-cpu", "vllm_version")(values["vllm_version"])
-        if problem:
-            problems.append(f"vllm_version: {problem}")
+def cpu_build_lock(values: Mapping[str, Any]) -> list[str]:
+    """The CPU build (vllm_device = "cpu") is pinned by its own lock, at the same release."""
+    if values["vllm_device"] != "cpu":
+        return []
+    problem = version_check(CPU_LOCK, "vllm-cpu", "vllm_version")(values["vllm_version"])
+    return [f"vllm_version: {problem}"] if problem else []
+
+
+def batch_fits_blocks(values: Mapping[str, Any]) -> list[str]:
+    """A scheduler step holds at least one KV block."""
     if values["vllm_max_num_batched_tokens"] < values["vllm_block_size"]:
-        problems.append(
+        return [
             "vllm_max_num_batched_tokens: must be at least vllm_block_size "
             f"({values['vllm_max_num_batched_tokens']} < {values['vllm_block_size']})"
-        )
+        ]
+    return []
+
+
+def long_prefill_threshold(values: Mapping[str, Any]) -> list[str]:
+    """The long-prefill cap is below the step's token budget and the context (or 0: off)."""
+    problems = []
     threshold = values["vllm_long_prefill_token_threshold"]
     if threshold >= values["vllm_max_num_batched_tokens"]:
         problems.append(
@@ -196,13 +242,40 @@ def consistency(values: Mapping[str, Any]) -> list[str]:
             f"vllm_long_prefill_token_threshold: {threshold} is above vllm_max_model_len "
             f"({values['vllm_max_model_len']})"
         )
+    return problems
+
+
+def prefix_caching_with_mtp(values: Mapping[str, Any]) -> list[str]:
+    """Prefix caching with MTP corrupts Qwen3.6's recurrent state on vLLM 0.22.1 (vllm#43559)."""
     spec = values["vllm_speculative_config"]
     if values["vllm_enable_prefix_caching"] and spec and spec.get("method") == "mtp":
-        problems.append(
+        return [
             "vllm_enable_prefix_caching: with MTP (vllm_speculative_config) vLLM 0.22.1 can corrupt "
             "Qwen3.6's recurrent state from a cache hit (vllm#43559; the fix, vllm#48375, is not in "
             "this release). Keep it False, or set vllm_speculative_config = None to use it"
-        )
-    for clash in flag_clashes(values["vllm_extra_args"], MANAGED, ALIASES):
-        problems.append(f"vllm_extra_args: {clash}; set it there instead")
-    return problems
+        ]
+    return []
+
+
+def extra_args_unmanaged(values: Mapping[str, Any]) -> list[str]:
+    """vllm_extra_args sets no flag of :data:`MANAGED`, under any spelling."""
+    return [
+        f"vllm_extra_args: {clash}; set it there instead"
+        for clash in flag_clashes(values["vllm_extra_args"], MANAGED, ALIASES)
+    ]
+
+
+#: The rules over several vLLM keys, each run on its own (roles.common.setting.each_rule).
+CONSISTENCY = (
+    cpu_build_lock,
+    batch_fits_blocks,
+    long_prefill_threshold,
+    prefix_caching_with_mtp,
+    extra_args_unmanaged,
+)
+
+
+def consistency(values: Mapping[str, Any]) -> list[str]:
+    """Problems of the rules over several vLLM keys (:data:`CONSISTENCY`); ``values`` holds the
+    keys that passed their own checks, and a rule that reads any other key is skipped."""
+    return each_rule(values, CONSISTENCY)

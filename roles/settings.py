@@ -24,6 +24,8 @@ from roles.comfyui import settings as comfyui_settings
 from roles.common import diagnosis
 from roles.common.checks import Check, SettingsError, contains
 from roles.common.converge import hold_converge_lock
+from roles.common.pyinfra_keys import is_pyinfra_key
+from roles.common.setting import Checked, RuleOver, Setting, each_rule, optional, rules
 from roles.doctor import settings as doctor_settings
 from roles.model import settings as model_settings
 from roles.model.manifest import ManifestError, load_manifest
@@ -34,7 +36,14 @@ from roles.vllm import settings as vllm_settings
 from roles.vllm.settings import KV_CACHE_MIN_COMPUTE_CAPABILITY
 from roles.voxcpm import settings as voxcpm_settings
 
-__all__ = ["RULES", "SettingsError", "host_settings", "require_valid_settings", "validate"]
+__all__ = [
+    "RULES",
+    "SETTINGS",
+    "SettingsError",
+    "host_settings",
+    "require_valid_settings",
+    "validate",
+]
 
 #: Every role's rules, in the order of deploys/full.py.
 ROLE_SETTINGS: tuple[ModuleType, ...] = (
@@ -48,22 +57,22 @@ ROLE_SETTINGS: tuple[ModuleType, ...] = (
     doctor_settings,
 )
 
-RULES: dict[str, Check] = {k: c for m in ROLE_SETTINGS for k, c in m.RULES.items()}
-OPTIONAL_KEYS: tuple[str, ...] = tuple(k for m in ROLE_SETTINGS for k in m.OPTIONAL)
-
-#: Name prefixes of rigup's keys: a key with one of these that no rule knows is a misspelling.
-PREFIXES = tuple(sorted({k.split("_", 1)[0] + "_" for k in RULES}))
+#: Every setting, as its role declares it (roles/<role>/settings.py ``SETTINGS``).
+SETTINGS: tuple[Setting, ...] = tuple(s for m in ROLE_SETTINGS for s in m.SETTINGS)
+RULES: dict[str, Check] = rules(SETTINGS)
+OPTIONAL_KEYS: tuple[str, ...] = optional(SETTINGS)
 
 #: Settings that inventories may set for rigup's own tooling (the lab), never read by a role.
 TOOLING_KEYS: tuple[str, ...] = ()
 
 
 def unknown_keys(keys: set[str]) -> list[str]:
-    """Problems for keys with a rigup prefix that no rule knows, with the likely intended key:
-    ``["vllm_prot: not a rigup setting (did you mean vllm_port?)"]``."""
+    """Problems for keys that are neither a rigup setting nor pyinfra's own
+    (:data:`roles.common.pyinfra_keys.PYINFRA_KEYS`), whatever their name, with the likely
+    intended key: ``["vlm_host: not a rigup setting (did you mean vllm_host?); ..."]``."""
     problems = []
     for key in sorted(keys):
-        if key in RULES or key in TOOLING_KEYS or not key.startswith(PREFIXES):
+        if key in RULES or key in TOOLING_KEYS or is_pyinfra_key(key):
             continue
         close = difflib.get_close_matches(key, RULES, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
@@ -73,22 +82,30 @@ def unknown_keys(keys: set[str]) -> list[str]:
     return problems
 
 
-def cross_role(values: Mapping[str, Any]) -> list[str]:
-    """Rules that relate keys of several roles; ``values`` holds every valid key."""
-    problems = []
-    gpus = values["nvidia_gpu_count"]
-    tp = values["vllm_tensor_parallel_size"]
+def tensor_parallel_fits_gpus(values: Mapping[str, Any]) -> list[str]:
+    """One declared GPU per tensor-parallel shard (a host declaring 0 GPUs starts nothing)."""
+    gpus, tp = values["nvidia_gpu_count"], values["vllm_tensor_parallel_size"]
     if gpus > 0 and tp > gpus:
-        problems.append(
+        return [
             f"vllm_tensor_parallel_size: {tp} is more than the {gpus} GPU(s) this host declares "
             "(nvidia_gpu_count); tensor parallel needs one GPU per shard"
-        )
-    index = values["voxcpm_gpu_index"]
+        ]
+    return []
+
+
+def speech_gpu_exists(values: Mapping[str, Any]) -> list[str]:
+    """VoxCPM2's GPU index is one of the declared GPUs."""
+    gpus, index = values["nvidia_gpu_count"], values["voxcpm_gpu_index"]
     if values["voxcpm_install"] and gpus > 0 and index >= gpus:
-        problems.append(
+        return [
             f"voxcpm_gpu_index: GPU {index} does not exist on a host that declares {gpus} GPU(s) "
             f"(nvidia_gpu_count); use 0..{gpus - 1}"
-        )
+        ]
+    return []
+
+
+def ports_distinct(values: Mapping[str, Any]) -> list[str]:
+    """Each installed service listens on a port of its own."""
     ports: dict[int, list[str]] = {}
     for key, installed in (
         ("vllm_port", True),
@@ -97,11 +114,16 @@ def cross_role(values: Mapping[str, Any]) -> list[str]:
     ):
         if installed:
             ports.setdefault(values[key], []).append(key)
-    for port, keys in sorted(ports.items()):
-        if len(keys) > 1:
-            problems.append(
-                f"{keys[1]}: {port} is {' and '.join(keys[:-1])} too; give each service its own port"
-            )
+    return [
+        f"{keys[1]}: {port} is {' and '.join(keys[:-1])} too; give each service its own port"
+        for port, keys in sorted(ports.items())
+        if len(keys) > 1
+    ]
+
+
+def manifests_fit_locks(values: Mapping[str, Any]) -> list[str]:
+    """Every installed service's model manifests load with their locks (from model_lock_dir)."""
+    problems = []
     manifests = [("model_llm_manifest", [values["model_llm_manifest"]])]
     if values["voxcpm_install"]:
         manifests.append(("voxcpm_model_manifest", [values["voxcpm_model_manifest"]]))
@@ -113,14 +135,18 @@ def cross_role(values: Mapping[str, Any]) -> list[str]:
                 load_manifest(ref, values["model_lock_dir"])
             except ManifestError as exc:  # a lock that does not fit its manifest
                 problems.append(f"{key}: {' '.join(str(exc).split())}")
-    base = values["comfyui_base_dir"]
-    for key in ("model_store_dir", "rigup_prefix", "rigup_state_dir", "rigup_etc_dir"):
-        if contains(base, values[key]) or contains(values[key], base):
-            problems.append(
-                f"comfyui_base_dir: must be a directory of its own (it holds user outputs), not "
-                f"inside or around {key} ({values[key]})"
-            )
     return problems
+
+
+def comfyui_base_dir_apart(values: Mapping[str, Any]) -> list[str]:
+    """ComfyUI's base directory (user outputs) neither inside nor around rigup's own trees."""
+    base = values["comfyui_base_dir"]
+    return [
+        f"comfyui_base_dir: must be a directory of its own (it holds user outputs), not "
+        f"inside or around {key} ({values[key]})"
+        for key in ("model_store_dir", "rigup_prefix", "rigup_state_dir", "rigup_etc_dir")
+        if contains(base, values[key]) or contains(values[key], base)
+    ]
 
 
 def _capability(value: str) -> tuple[int, int]:
@@ -146,12 +172,28 @@ def gpu_capability(values: Mapping[str, Any]) -> list[str]:
     return []
 
 
+#: The rules over several settings, each run on its own over the settings that passed their own
+#: checks (roles.common.setting.each_rule): every role's ``consistency``, then those spanning roles.
+ACROSS: tuple[RuleOver, ...] = (
+    *(m.consistency for m in ROLE_SETTINGS),
+    tensor_parallel_fits_gpus,
+    speech_gpu_exists,
+    ports_distinct,
+    manifests_fit_locks,
+    comfyui_base_dir_apart,
+    gpu_capability,
+    budget_problems,
+)
+
+
 def validate(data: Mapping[str, Any] | Any) -> list[str]:
     """Return every problem with the settings, one ``"key: reason"`` string each ([] when valid).
 
     ``data`` is a mapping or a pyinfra ``HostData`` (anything with ``.get``; ``.dict()`` or the
     mapping's keys are searched for misspelled keys). Missing keys are reported too: every key
-    of :data:`RULES` must be set (inventory/group_data/all.py sets them).
+    of :data:`RULES` must be set (inventory/group_data/all.py sets them). Every problem of the
+    run is listed: a value's own check, a key that is no setting, and each rule over several
+    keys whose keys all passed their own checks.
     """
     values: dict[str, Any] = {}
     problems: list[str] = []
@@ -170,12 +212,7 @@ def validate(data: Mapping[str, Any] | Any) -> list[str]:
             values[key] = value
     keys = set(data.dict() if hasattr(data, "dict") else data)
     problems.extend(unknown_keys(keys))
-    if not problems:
-        for module in ROLE_SETTINGS:
-            problems.extend(module.consistency(values))
-        problems.extend(cross_role(values))
-        problems.extend(gpu_capability(values))
-        problems.extend(budget_problems(values))
+    problems.extend(each_rule(Checked(values), ACROSS))
     return problems
 
 

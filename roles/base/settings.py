@@ -15,6 +15,7 @@ from roles.common.checks import (
     url_or_empty,
 )
 from roles.common.locks import version_check
+from roles.common.setting import Setting, optional, rules
 
 UV_LOCK = Path(__file__).resolve().parents[2] / "files" / "base" / "uv.lock"
 
@@ -47,21 +48,22 @@ def wheel_places(value: Any) -> str | None:
     )
 
 
-RULES: dict[str, Check] = {
-    "rigup_prefix": owned_dir,
-    "rigup_etc_dir": owned_dir,
-    "rigup_state_dir": owned_dir,
-    "rigup_tmp_dir": owned_dir,
-    "uv_cache_dir": owned_dir,
-    "base_apt_packages": package_list,
-    "uv_version": version_check(UV_LOCK, "uv", "uv_version"),
-    "uv_index_url": url_or_empty,
-    "uv_extra_index_urls": url_list,
-    "uv_find_links": wheel_places,
-    "uv_offline": boolean,
-}
+SETTINGS: tuple[Setting, ...] = (
+    Setting("rigup_prefix", owned_dir),
+    Setting("rigup_etc_dir", owned_dir),
+    Setting("rigup_state_dir", owned_dir),
+    Setting("rigup_tmp_dir", owned_dir),
+    Setting("uv_cache_dir", owned_dir),
+    Setting("base_apt_packages", package_list),
+    Setting("uv_version", version_check(UV_LOCK, "uv", "uv_version")),
+    Setting("uv_index_url", url_or_empty),
+    Setting("uv_extra_index_urls", url_list),
+    Setting("uv_find_links", wheel_places),
+    Setting("uv_offline", boolean),
+)
 
-OPTIONAL: tuple[str, ...] = ()
+RULES: dict[str, Check] = rules(SETTINGS)
+OPTIONAL: tuple[str, ...] = optional(SETTINGS)
 
 
 def consistency(values: Mapping[str, Any]) -> list[str]:

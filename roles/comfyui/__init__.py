@@ -31,6 +31,7 @@ from pyinfra.operations import apt
 from roles.comfyui.flags import exec_start, main_args, service_env
 from roles.comfyui.paths import BASE_SUBDIRS, UNIT, ComfyuiPaths
 from roles.comfyui.release import release_of, release_source
+from roles.comfyui.settings import SERVICE_KEYS
 from roles.common.operations import fingerprint
 from roles.common.service import GpuService, ServiceSpec
 from roles.model import ModelStore, link_model_files
@@ -51,6 +52,7 @@ def service_spec(settings: Any) -> ServiceSpec:
     return ServiceSpec.of(
         settings,
         d,
+        SERVICE_KEYS,
         **service_mode(UNIT),
         role="roles/comfyui",
         component="ComfyUI",

@@ -24,6 +24,7 @@ from roles.common.checks import (
     service_port,
     str_list,
 )
+from roles.common.setting import ServiceKeys, Setting, optional, rules
 from roles.common.urls import is_loopback
 from roles.model.settings import manifest_list
 
@@ -55,28 +56,36 @@ def commit_or_empty(value: Any) -> str | None:
     )
 
 
-RULES: dict[str, Check] = {
-    "comfyui_install": boolean,
-    "comfyui_git_url": git_source,
-    "comfyui_release": matches(TAG, "a release tag of ComfyUI such as v0.8.0"),
-    "comfyui_commit": commit_or_empty,
-    "comfyui_lock_dir": abs_path_or_empty,
-    "comfyui_user": matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"),
-    "comfyui_python": python_interpreter,
-    "comfyui_host": host_address,
-    "comfyui_allow_network_without_auth": boolean,
-    "comfyui_port": service_port,
-    "comfyui_base_dir": owned_dir,
-    "comfyui_cpu": boolean,
-    "comfyui_gpu_index": integer(0, 15),
-    "comfyui_reserve_vram_gib": number(0.0, 1024.0),
-    "comfyui_extra_args": str_list,
-    "comfyui_start_timeout_s": integer(10, 24 * 3600),
-    "comfyui_env": env_mapping,
-    "comfyui_models": manifest_list,
-}
+SETTINGS: tuple[Setting, ...] = (
+    Setting("comfyui_install", boolean),
+    Setting("comfyui_git_url", git_source),
+    Setting("comfyui_release", matches(TAG, "a release tag of ComfyUI such as v0.8.0")),
+    Setting("comfyui_commit", commit_or_empty),
+    Setting("comfyui_lock_dir", abs_path_or_empty),
+    Setting("comfyui_user", matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)")),
+    Setting("comfyui_python", python_interpreter),
+    Setting("comfyui_host", host_address),
+    Setting("comfyui_allow_network_without_auth", boolean),
+    Setting("comfyui_port", service_port),
+    Setting("comfyui_base_dir", owned_dir),
+    Setting("comfyui_cpu", boolean),
+    Setting("comfyui_gpu_index", integer(0, 15)),
+    Setting("comfyui_reserve_vram_gib", number(0.0, 1024.0)),
+    Setting("comfyui_extra_args", str_list),
+    Setting("comfyui_start_timeout_s", integer(10, 24 * 3600)),
+    Setting("comfyui_env", env_mapping),
+    Setting("comfyui_models", manifest_list),
+)
 
-OPTIONAL: tuple[str, ...] = ()
+RULES: dict[str, Check] = rules(SETTINGS)
+#: The settings of comfyui.service's account, bind address, port and start timeout.
+SERVICE_KEYS = ServiceKeys(
+    user="comfyui_user",
+    host="comfyui_host",
+    port="comfyui_port",
+    start_timeout_s="comfyui_start_timeout_s",
+)
+OPTIONAL: tuple[str, ...] = optional(SETTINGS)
 
 
 def consistency(values: Mapping[str, Any]) -> list[str]:

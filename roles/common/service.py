@@ -32,6 +32,7 @@ from roles.common.facts import ListeningSockets, UnitState
 from roles.common.libraries import host_library
 from roles.common.operations import check_passes, secret_file
 from roles.common.paths import Layout, ServicePaths
+from roles.common.setting import ServiceKeys
 from roles.common.urls import is_loopback, local_probe_url, port_holders
 from roles.common.venv import LockedVenv, locked_venv
 
@@ -86,7 +87,7 @@ class ServiceSpec:
     + env_file, env: the 0640 environment file and its variables
     + description, documentation: the unit's [Unit] texts
     + exec_start: the ``ExecStart=`` value (:func:`exec_line`)
-    + bind, port, ready_path: where it listens; readiness is ``GET <ready_path>`` answering 200
+    + bind, port, ready_path: where it listens (port_key: the setting of the port); readiness is ``GET <ready_path>`` answering 200
       (from this unit's process when ``ready_pid_key`` names the JSON field holding its pid)
     + start_timeout_s: seconds for ``systemctl start`` (model load included)
     + read_write_paths: more writable directories; working_directory: default ``home``
@@ -111,6 +112,7 @@ class ServiceSpec:
     exec_start: str
     bind: str
     port: int
+    port_key: str
     ready_path: str
     start_timeout_s: int
     ready_pid_key: str = ""
@@ -125,19 +127,22 @@ class ServiceSpec:
     restart_prevent_comment: str = ""
 
     @classmethod
-    def of(cls, settings: Any, paths: ServicePaths, **differs: Any) -> ServiceSpec:
+    def of(
+        cls, settings: Any, paths: ServicePaths, keys: ServiceKeys, **differs: Any
+    ) -> ServiceSpec:
         """The spec of the service whose paths are ``paths`` (``<name>.service``), its account,
-        bind address, port and start timeout read from the settings ``<name>_user``,
-        ``<name>_host``, ``<name>_port``, ``<name>_start_timeout_s``; ``differs`` gives the rest."""
+        bind address, port and start timeout read from the settings ``keys`` names (the role's
+        ``SERVICE_KEYS``); ``differs`` gives the rest."""
         name = paths.unit.rsplit("/", 1)[-1].removesuffix(".service")
         return cls(
             unit=f"{name}.service",
-            user=settings.get(f"{name}_user"),
+            user=settings.get(keys.user),
             home=paths.home,
             env_file=paths.env_file,
-            bind=str(settings.get(f"{name}_host")),
-            port=settings.get(f"{name}_port"),
-            start_timeout_s=settings.get(f"{name}_start_timeout_s"),
+            bind=str(settings.get(keys.host)),
+            port=settings.get(keys.port),
+            port_key=keys.port,
+            start_timeout_s=settings.get(keys.start_timeout_s),
             **differs,
         )
 
@@ -321,11 +326,10 @@ def require_port_free(spec: ServiceSpec) -> None:
         return
     holders = port_holders(sockets, spec.bind, spec.port, spec.unit)
     if holders:
-        name = spec.unit.removesuffix(".service")
         raise DeployError(
-            f"{name}_port: {spec.port} is already taken on {host.name} by "
+            f"{spec.port_key}: {spec.port} is already taken on {host.name} by "
             f"{'; '.join(holders)}, so {spec.unit} could not listen on {spec.bind}:{spec.port}. "
-            f"Choose another {name}_port or stop what holds it (nothing was changed)"
+            f"Choose another {spec.port_key} or stop what holds it (nothing was changed)"
         )
 
 

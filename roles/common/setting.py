@@ -106,6 +106,18 @@ class Setting:
     flag: Flag | None = None
 
 
+@dataclass(frozen=True)
+class ServiceKeys:
+    """The settings that give a GPU service its account, bind address, port and start timeout,
+    named in full (``"vllm_port"``) so that a search for a setting finds every place that reads
+    it (roles.common.service.ServiceSpec.of reads them)."""
+
+    user: str
+    host: str
+    port: str
+    start_timeout_s: str
+
+
 def rules(settings: Iterable[Setting]) -> dict[str, Check]:
     """``{name: check}`` of ``settings``, in their order."""
     return {s.name: s.check for s in settings}
@@ -159,6 +171,10 @@ class Checked(Mapping[str, Any]):
             return self._values[key]
         except KeyError:
             raise NotChecked(key) from None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """As ``self[key]``: a setting that failed its own check is never read as a default."""
+        return self[key]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)

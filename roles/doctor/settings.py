@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from roles.common.checks import ENV_NAME, SAFE_NAME, Check, env_mapping, integer, number
+from roles.common.setting import Setting, optional, rules
 from roles.vllm import settings as vllm_settings
 
 #: What a bench row reports, from vLLM's result JSON (``vllm bench serve --save-result``):
@@ -124,16 +125,19 @@ def bench_arms(value: Any) -> str | None:
     return None
 
 
-RULES: dict[str, Check] = {
-    "doctor_window_s": integer(1, 600),
-    "doctor_disk_warn_gib": number(0.0, 100_000.0),
-    "bench_seed_source": lambda v: None if isinstance(v, str) and v else "must be a sentence",
-    "bench_rows": bench_rows,
-    "bench_seed_acceptance": number(0.0, 1.0),
-    "bench_arms": bench_arms,
-}
+SETTINGS: tuple[Setting, ...] = (
+    Setting("doctor_window_s", integer(1, 600)),
+    Setting("doctor_disk_warn_gib", number(0.0, 100_000.0)),
+    Setting(
+        "bench_seed_source", lambda v: None if isinstance(v, str) and v else "must be a sentence"
+    ),
+    Setting("bench_rows", bench_rows),
+    Setting("bench_seed_acceptance", number(0.0, 1.0)),
+    Setting("bench_arms", bench_arms),
+)
 
-OPTIONAL: tuple[str, ...] = ()
+RULES: dict[str, Check] = rules(SETTINGS)
+OPTIONAL: tuple[str, ...] = optional(SETTINGS)
 
 
 def consistency(values: Mapping[str, Any]) -> list[str]:

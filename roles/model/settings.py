@@ -21,6 +21,7 @@ from roles.common.checks import (
     url_or_empty,
     writable_dir_or_empty,
 )
+from roles.common.setting import Setting, optional, rules
 from roles.model.manifest import ManifestError, load_manifest
 
 #: Model sources (roles/model, files/model/modeltool).
@@ -61,24 +62,25 @@ def manifest_list(value: Any) -> str | None:
     return next((f"{v!r}: {p}" for v in value if (p := manifest_ref(v))), None)
 
 
-RULES: dict[str, Check] = {
-    "model_store_dir": owned_dir,
-    "model_llm_manifest": manifest_ref,
-    "model_sources": model_sources,
-    "model_local_dirs": abs_path_list,
-    "model_local_link": choice(("copy", "hardlink")),
-    "hf_endpoint": url_or_empty,
-    "hf_token_env": matches(ENV_NAME, "an environment variable name such as HF_TOKEN"),
-    "modelscope_endpoint": url_or_empty,
-    "modelscope_token_env": matches(ENV_NAME, "an environment variable name"),
-    "model_replace_mismatched": boolean,
-    "model_verify_sha256": boolean,
-    "model_lock_dir": abs_path_or_empty,
-    "model_backup_dir": writable_dir_or_empty,
-    "model_tool_python": python_interpreter,
-}
+SETTINGS: tuple[Setting, ...] = (
+    Setting("model_store_dir", owned_dir),
+    Setting("model_llm_manifest", manifest_ref),
+    Setting("model_sources", model_sources),
+    Setting("model_local_dirs", abs_path_list),
+    Setting("model_local_link", choice(("copy", "hardlink"))),
+    Setting("hf_endpoint", url_or_empty),
+    Setting("hf_token_env", matches(ENV_NAME, "an environment variable name such as HF_TOKEN")),
+    Setting("modelscope_endpoint", url_or_empty),
+    Setting("modelscope_token_env", matches(ENV_NAME, "an environment variable name")),
+    Setting("model_replace_mismatched", boolean),
+    Setting("model_verify_sha256", boolean),
+    Setting("model_lock_dir", abs_path_or_empty),
+    Setting("model_backup_dir", writable_dir_or_empty),
+    Setting("model_tool_python", python_interpreter),
+)
 
-OPTIONAL: tuple[str, ...] = ()
+RULES: dict[str, Check] = rules(SETTINGS)
+OPTIONAL: tuple[str, ...] = optional(SETTINGS)
 
 
 def consistency(values: Mapping[str, Any]) -> list[str]:

@@ -6,15 +6,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from roles.common.checks import Check, choice, number
+from roles.common.setting import Setting, optional, rules
 from roles.modes.budget import MODES
 
-RULES: dict[str, Check] = {
-    "rigup_mode": choice(tuple(MODES)),
-    "nvidia_gpu_vram_gib": number(1.0, 1024.0),
-    "cuda_context_gib": number(0.0, 16.0),
-}
+SETTINGS: tuple[Setting, ...] = (
+    Setting("rigup_mode", choice(tuple(MODES))),
+    Setting("nvidia_gpu_vram_gib", number(1.0, 1024.0)),
+    Setting("cuda_context_gib", number(0.0, 16.0)),
+)
 
-OPTIONAL: tuple[str, ...] = ()
+RULES: dict[str, Check] = rules(SETTINGS)
+OPTIONAL: tuple[str, ...] = optional(SETTINGS)
 
 
 def consistency(values: Mapping[str, Any]) -> list[str]:

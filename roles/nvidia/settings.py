@@ -18,6 +18,7 @@ from roles.common.checks import (
     sha256_or_empty,
 )
 from roles.common.locks import version_check
+from roles.common.setting import Setting, optional, rules
 
 CUDA_LOCK = Path(__file__).resolve().parents[2] / "files" / "nvidia" / "cuda-toolkit.lock"
 
@@ -37,31 +38,39 @@ def driver_branch(value: Any) -> str | None:
     return None
 
 
-RULES: dict[str, Check] = {
-    "nvidia_gpu_count": integer(0, 16),
-    "nvidia_install_path": choice(INSTALL_PATHS),
-    "nvidia_driver_branch": driver_branch,
-    "nvidia_cuda_repo_url": https_url,
-    "nvidia_cuda_keyring_deb": matches(
-        re.compile(r"^cuda-keyring_[\w.+~-]+_all\.deb$"),
-        "a cuda-keyring_<version>_all.deb file name",
+SETTINGS: tuple[Setting, ...] = (
+    Setting("nvidia_gpu_count", integer(0, 16)),
+    Setting("nvidia_install_path", choice(INSTALL_PATHS)),
+    Setting("nvidia_driver_branch", driver_branch),
+    Setting("nvidia_cuda_repo_url", https_url),
+    Setting(
+        "nvidia_cuda_keyring_deb",
+        matches(
+            re.compile(r"^cuda-keyring_[\w.+~-]+_all\.deb$"),
+            "a cuda-keyring_<version>_all.deb file name",
+        ),
     ),
-    "nvidia_cuda_keyring_sha256": sha256_or_empty,
-    "cuda_toolkit_version": version_check(CUDA_LOCK, "cuda-toolkit", "cuda_toolkit_version"),
-    "nvidia_persistence_mode": boolean,
-    "nvidia_power_limit_w": integer(50, 1000),
-    "nvlink_required": boolean,
-    "nvlink_expected_links": integer(1, 18),
-    "nvlink_link_gbps": number(0.0, 1000.0, lo_open=True),
-    "nvidia_reboot_allowed": boolean,
-    "nvidia_reboot_timeout_s": integer(60, 7200),
-    "nvidia_gpu_compute_capability": matches(
-        re.compile(r"^\d{1,2}\.\d$"), 'a compute capability such as "8.6" (RTX 3090), a string'
+    Setting("nvidia_cuda_keyring_sha256", sha256_or_empty),
+    Setting(
+        "cuda_toolkit_version", version_check(CUDA_LOCK, "cuda-toolkit", "cuda_toolkit_version")
     ),
-}
+    Setting("nvidia_persistence_mode", boolean),
+    Setting("nvidia_power_limit_w", integer(50, 1000), optional=True),
+    Setting("nvlink_required", boolean),
+    Setting("nvlink_expected_links", integer(1, 18)),
+    Setting("nvlink_link_gbps", number(0.0, 1000.0, lo_open=True)),
+    Setting("nvidia_reboot_allowed", boolean),
+    Setting("nvidia_reboot_timeout_s", integer(60, 7200)),
+    Setting(
+        "nvidia_gpu_compute_capability",
+        matches(
+            re.compile(r"^\d{1,2}\.\d$"), 'a compute capability such as "8.6" (RTX 3090), a string'
+        ),
+    ),
+)
 
-#: None = each card's default power limit.
-OPTIONAL: tuple[str, ...] = ("nvidia_power_limit_w",)
+RULES: dict[str, Check] = rules(SETTINGS)
+OPTIONAL: tuple[str, ...] = optional(SETTINGS)
 
 
 def consistency(values: Mapping[str, Any]) -> list[str]:

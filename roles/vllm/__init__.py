@@ -34,7 +34,7 @@ from roles.nvidia.layer import NvidiaLayer
 from roles.vllm.cpu import cpu_serve_args, parse_cpu_list
 from roles.vllm.flags import exec_start, managed_args, service_env
 from roles.vllm.paths import UNIT, VllmPaths
-from roles.vllm.settings import ALIASES, MANAGED
+from roles.vllm.settings import ALIASES, MANAGED, SERVICE_KEYS
 
 REPO = Path(__file__).resolve().parents[2]
 #: vllm_device -> the committed lock of that build of vLLM 0.22.1
@@ -101,6 +101,7 @@ def service_spec(settings: Any, model_dir: str, cpus: list[int] | None = None) -
         return ServiceSpec.of(
             settings,
             p,
+            SERVICE_KEYS,
             **service_mode(UNIT),
             role="roles/vllm",
             component="vLLM",
@@ -116,6 +117,7 @@ def service_spec(settings: Any, model_dir: str, cpus: list[int] | None = None) -
     return ServiceSpec.of(
         settings,
         p,
+        SERVICE_KEYS,
         **service_mode(UNIT),
         role="roles/vllm",
         component="vLLM",

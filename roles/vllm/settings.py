@@ -30,6 +30,7 @@ from roles.common.setting import (
     Flag,
     JsonFlag,
     Marker,
+    ServiceKeys,
     Setting,
     Switch,
     Withheld,
@@ -198,6 +199,13 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 RULES: dict[str, Check] = rules(SETTINGS)
+#: The settings of vllm.service's account, bind address, port and start timeout.
+SERVICE_KEYS = ServiceKeys(
+    user="vllm_user",
+    host="vllm_host",
+    port="vllm_port",
+    start_timeout_s="vllm_start_timeout_s",
+)
 OPTIONAL: tuple[str, ...] = optional(SETTINGS)
 
 #: `vllm serve` flags rigup sets from its own settings (flag -> setting), so not allowed in

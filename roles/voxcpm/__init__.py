@@ -34,6 +34,7 @@ from roles.nvidia.layer import NvidiaLayer
 from roles.voxcpm.paths import UNIT, VoxcpmPaths
 from roles.voxcpm.python import PythonVersion, managed_python_installed
 from roles.voxcpm.service import exec_start, server_args, service_env, start_decision
+from roles.voxcpm.settings import SERVICE_KEYS
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "voxcpm"
 #: The speech server's modules, installed beside it (files/voxcpm): file -> what it holds.
@@ -48,6 +49,7 @@ def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
     return ServiceSpec.of(
         settings,
         p,
+        SERVICE_KEYS,
         **service_mode(UNIT),
         role="roles/voxcpm",
         component="VoxCPM2",

@@ -5,9 +5,11 @@ any of them per host (inventory/lab.py does, for the lab machine). Each line nam
   seed      = the rig owner's measured recipe (2x RTX 3090 + NVLink bridge, Ubuntu 26.04)
   vLLM docs = docs.vllm.ai / `vllm serve --help` of the pinned release
   measured  = measured by rigup (docs/ and benchmarks/ hold the figures and how)
-Settings are validated (types, ranges, consistency) before any change on a host:
-each role holds the rules of its keys (roles/<role>/settings.py), roles/settings.py the rules
-that span roles; a bad value stops the run with an error naming it.
+Every key here is declared once, with its check, in its role's roles/<role>/settings.py
+(SETTINGS; a vLLM setting also names the `vllm serve` flag it renders); roles/settings.py holds
+the rules that span roles. Before any change on a host every value is checked (types, ranges,
+consistency) and every key must be a setting (or pyinfra's own, such as ssh_user or _sudo): the
+run stops listing all the problems at once, each naming its key.
 """
 
 # --- Hardware the inventory declares ------------------------------------------------------------
@@ -59,8 +61,8 @@ nvidia_driver_branch = 580
 # NVIDIA repo path only: the repository and its keyring package, whose sha256 you must pin here
 # (download it once from a trusted network and run sha256sum; rigup refuses the path without it).
 nvidia_cuda_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2604/x86_64"
-nvidia_cuda_keyring_deb = "cuda-keyring_1.1-1_all.deb"
-nvidia_cuda_keyring_sha256 = ""
+nvidia_cuda_keyring_deb = "cuda-keyring_1.1-1_all.deb"  # the keyring package in that repository
+nvidia_cuda_keyring_sha256 = ""  # sha256sum of that .deb; "" refuses the nvidia-repo path
 # CUDA toolkit (nvcc, headers, cudart) for JIT-compiled kernels, from NVIDIA's PyPI wheels in a
 # locked venv (files/nvidia/cuda-toolkit.lock): the same CUDA 13.0 as vLLM 0.22.1's torch (cu130),
 # the same on both install paths, and it never touches the driver's apt packages.

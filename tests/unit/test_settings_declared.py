@@ -3,9 +3,13 @@
 that is no setting refused whatever its name, pyinfra's own keys let through."""
 
 import ast
+import collections.abc
+import dataclasses
 import io
 import re
 import tokenize
+import types
+import typing
 from pathlib import Path
 
 import pytest
@@ -27,6 +31,7 @@ from roles.common.setting import (
 )
 from roles.settings import ROLE_SETTINGS, SETTINGS, validate
 from roles.vllm import settings as vllm_settings
+from roles.vllm.settings import VllmSettings
 
 REPO = Path(__file__).resolve().parents[2]
 ALL_PY = REPO / "inventory" / "group_data" / "all.py"
@@ -222,3 +227,49 @@ def test_every_managed_vllm_flag_but_the_checkpoint_is_declared():
     declared = managed_flags(vllm_settings.SETTINGS)
     assert set(vllm_settings.MANAGED) - set(declared) == {"--model"}
     assert set(vllm_settings.ALIASES.values()) <= set(declared)
+
+
+# ---- typed reads ---------------------------------------------------------------------------------
+def _conforms(value, hint) -> bool:
+    """``value`` is of the annotation ``hint`` (the few forms settings classes use)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is typing.Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_conforms(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is list:
+        return isinstance(value, list) and all(_conforms(v, args[0]) for v in value)
+    if origin is collections.abc.Mapping:
+        return isinstance(value, collections.abc.Mapping) and all(
+            _conforms(k, args[0]) and _conforms(v, args[1]) for k, v in value.items()
+        )
+    return isinstance(value, hint)
+
+
+#: a value of another type than the annotation, per annotation
+_WRONG = {int: "8", float: "0.5", bool: 1, str: 8}
+
+
+def test_typed_vllm_settings_agree_with_their_checks(settings):
+    """Each field's annotation fits the shipped value, and its check refuses another type."""
+    hints = typing.get_type_hints(VllmSettings)
+    for f in dataclasses.fields(VllmSettings):
+        assert _conforms(settings[f.name], hints[f.name]), (f.name, settings[f.name])
+        wrong = _WRONG.get(hints[f.name], 8)
+        assert vllm_settings.RULES[f.name](wrong), f"{f.name} takes {wrong!r}"
+
+
+def test_typed_vllm_settings_read_once(settings):
+    vllm = VllmSettings.of(settings)
+    assert vllm.vllm_port == 8000 and vllm.get("vllm_port") == 8000
+    assert VllmSettings.of(vllm) is vllm
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        vllm.vllm_port = 9000
+    with pytest.raises(AttributeError):
+        vllm.vllm_prot  # noqa: B018 - a misspelled read fails instead of reading None

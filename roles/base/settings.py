@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from roles.common.checks import (
     url_or_empty,
 )
 from roles.common.locks import version_check
-from roles.common.setting import Setting, optional, rules
+from roles.common.setting import Setting, TypedSettings, declared, optional, rules, setting
 
 UV_LOCK = Path(__file__).resolve().parents[2] / "files" / "base" / "uv.lock"
 
@@ -48,19 +49,27 @@ def wheel_places(value: Any) -> str | None:
     )
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("rigup_prefix", owned_dir),
-    Setting("rigup_etc_dir", owned_dir),
-    Setting("rigup_state_dir", owned_dir),
-    Setting("rigup_tmp_dir", owned_dir),
-    Setting("uv_cache_dir", owned_dir),
-    Setting("base_apt_packages", package_list),
-    Setting("uv_version", version_check(UV_LOCK, "uv", "uv_version")),
-    Setting("uv_index_url", url_or_empty),
-    Setting("uv_extra_index_urls", url_list),
-    Setting("uv_find_links", wheel_places),
-    Setting("uv_offline", boolean),
-)
+@dataclass(frozen=True)
+class BaseSettings(TypedSettings):
+    """The base role's settings, each declared once: name, the type code reads, check. Defaults,
+    meaning and sources: inventory/group_data/all.py ("Layout", "Base packages and tools",
+    "Where downloads come from"). ``BaseSettings.of(host.data)`` reads them into typed
+    attributes."""
+
+    rigup_prefix: str = setting(owned_dir)
+    rigup_etc_dir: str = setting(owned_dir)
+    rigup_state_dir: str = setting(owned_dir)
+    rigup_tmp_dir: str = setting(owned_dir)
+    uv_cache_dir: str = setting(owned_dir)
+    base_apt_packages: list[str] = setting(package_list)
+    uv_version: str = setting(version_check(UV_LOCK, "uv", "uv_version"))
+    uv_index_url: str = setting(url_or_empty)
+    uv_extra_index_urls: list[str] = setting(url_list)
+    uv_find_links: list[str] = setting(wheel_places)
+    uv_offline: bool = setting(boolean)
+
+
+SETTINGS: tuple[Setting, ...] = declared(BaseSettings)
 
 RULES: dict[str, Check] = rules(SETTINGS)
 OPTIONAL: tuple[str, ...] = optional(SETTINGS)

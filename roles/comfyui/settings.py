@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from roles.comfyui.release import TAG, ReleaseError, load_release
@@ -24,7 +25,15 @@ from roles.common.checks import (
     service_port,
     str_list,
 )
-from roles.common.setting import ServiceKeys, Setting, optional, rules
+from roles.common.setting import (
+    ServiceKeys,
+    Setting,
+    TypedSettings,
+    declared,
+    optional,
+    rules,
+    setting,
+)
 from roles.common.urls import is_loopback
 from roles.model.settings import manifest_list
 
@@ -56,26 +65,33 @@ def commit_or_empty(value: Any) -> str | None:
     )
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("comfyui_install", boolean),
-    Setting("comfyui_git_url", git_source),
-    Setting("comfyui_release", matches(TAG, "a release tag of ComfyUI such as v0.8.0")),
-    Setting("comfyui_commit", commit_or_empty),
-    Setting("comfyui_lock_dir", abs_path_or_empty),
-    Setting("comfyui_user", matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)")),
-    Setting("comfyui_python", python_interpreter),
-    Setting("comfyui_host", host_address),
-    Setting("comfyui_allow_network_without_auth", boolean),
-    Setting("comfyui_port", service_port),
-    Setting("comfyui_base_dir", owned_dir),
-    Setting("comfyui_cpu", boolean),
-    Setting("comfyui_gpu_index", integer(0, 15)),
-    Setting("comfyui_reserve_vram_gib", number(0.0, 1024.0)),
-    Setting("comfyui_extra_args", str_list),
-    Setting("comfyui_start_timeout_s", integer(10, 24 * 3600)),
-    Setting("comfyui_env", env_mapping),
-    Setting("comfyui_models", manifest_list),
-)
+@dataclass(frozen=True)
+class ComfyuiSettings(TypedSettings):
+    """The ComfyUI role's settings, each declared once: name, the type code reads, check.
+    Defaults, meaning and sources: inventory/group_data/all.py ("ComfyUI").
+    ``ComfyuiSettings.of(host.data)`` reads them into typed attributes."""
+
+    comfyui_install: bool = setting(boolean)
+    comfyui_git_url: str = setting(git_source)
+    comfyui_release: str = setting(matches(TAG, "a release tag of ComfyUI such as v0.8.0"))
+    comfyui_commit: str = setting(commit_or_empty)
+    comfyui_lock_dir: str = setting(abs_path_or_empty)
+    comfyui_user: str = setting(matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"))
+    comfyui_python: str = setting(python_interpreter)
+    comfyui_host: str = setting(host_address)
+    comfyui_allow_network_without_auth: bool = setting(boolean)
+    comfyui_port: int = setting(service_port)
+    comfyui_base_dir: str = setting(owned_dir)
+    comfyui_cpu: bool = setting(boolean)
+    comfyui_gpu_index: int = setting(integer(0, 15))
+    comfyui_reserve_vram_gib: float = setting(number(0.0, 1024.0))
+    comfyui_extra_args: list[str] = setting(str_list)
+    comfyui_start_timeout_s: int = setting(integer(10, 24 * 3600))
+    comfyui_env: Mapping[str, str | int | float] = setting(env_mapping)
+    comfyui_models: list[str] = setting(manifest_list)
+
+
+SETTINGS: tuple[Setting, ...] = declared(ComfyuiSettings)
 
 RULES: dict[str, Check] = rules(SETTINGS)
 #: The settings of comfyui.service's account, bind address, port and start timeout.

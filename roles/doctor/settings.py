@@ -4,10 +4,11 @@ benchmark")."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from roles.common.checks import ENV_NAME, SAFE_NAME, Check, env_mapping, integer, number
-from roles.common.setting import Setting, optional, rules
+from roles.common.setting import Setting, TypedSettings, declared, optional, rules, setting
 from roles.vllm import settings as vllm_settings
 
 #: What a bench row reports, from vLLM's result JSON (``vllm bench serve --save-result``):
@@ -125,16 +126,23 @@ def bench_arms(value: Any) -> str | None:
     return None
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("doctor_window_s", integer(1, 600)),
-    Setting("doctor_disk_warn_gib", number(0.0, 100_000.0)),
-    Setting(
-        "bench_seed_source", lambda v: None if isinstance(v, str) and v else "must be a sentence"
-    ),
-    Setting("bench_rows", bench_rows),
-    Setting("bench_seed_acceptance", number(0.0, 1.0)),
-    Setting("bench_arms", bench_arms),
-)
+@dataclass(frozen=True)
+class DoctorSettings(TypedSettings):
+    """The doctor's and the benchmark's settings, each declared once: name, the type code reads,
+    check. Defaults, meaning and sources: inventory/group_data/all.py ("Doctor and benchmark").
+    ``DoctorSettings.of(host.data)`` reads them into typed attributes."""
+
+    doctor_window_s: int = setting(integer(1, 600))
+    doctor_disk_warn_gib: float = setting(number(0.0, 100_000.0))
+    bench_seed_source: str = setting(
+        lambda v: None if isinstance(v, str) and v else "must be a sentence"
+    )
+    bench_rows: list[Mapping[str, Any]] = setting(bench_rows)
+    bench_seed_acceptance: float = setting(number(0.0, 1.0))
+    bench_arms: Mapping[str, Mapping[str, Any]] = setting(bench_arms)
+
+
+SETTINGS: tuple[Setting, ...] = declared(DoctorSettings)
 
 RULES: dict[str, Check] = rules(SETTINGS)
 OPTIONAL: tuple[str, ...] = optional(SETTINGS)

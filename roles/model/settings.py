@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from roles.common.checks import (
@@ -21,7 +22,7 @@ from roles.common.checks import (
     url_or_empty,
     writable_dir_or_empty,
 )
-from roles.common.setting import Setting, optional, rules
+from roles.common.setting import Setting, TypedSettings, declared, optional, rules, setting
 from roles.model.manifest import ManifestError, load_manifest
 
 #: Model sources (roles/model, files/model/modeltool).
@@ -62,22 +63,29 @@ def manifest_list(value: Any) -> str | None:
     return next((f"{v!r}: {p}" for v in value if (p := manifest_ref(v))), None)
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("model_store_dir", owned_dir),
-    Setting("model_llm_manifest", manifest_ref),
-    Setting("model_sources", model_sources),
-    Setting("model_local_dirs", abs_path_list),
-    Setting("model_local_link", choice(("copy", "hardlink"))),
-    Setting("hf_endpoint", url_or_empty),
-    Setting("hf_token_env", matches(ENV_NAME, "an environment variable name such as HF_TOKEN")),
-    Setting("modelscope_endpoint", url_or_empty),
-    Setting("modelscope_token_env", matches(ENV_NAME, "an environment variable name")),
-    Setting("model_replace_mismatched", boolean),
-    Setting("model_verify_sha256", boolean),
-    Setting("model_lock_dir", abs_path_or_empty),
-    Setting("model_backup_dir", writable_dir_or_empty),
-    Setting("model_tool_python", python_interpreter),
-)
+@dataclass(frozen=True)
+class ModelSettings(TypedSettings):
+    """The model role's settings, each declared once: name, the type code reads, check.
+    Defaults, meaning and sources: inventory/group_data/all.py ("Models").
+    ``ModelSettings.of(host.data)`` reads them into typed attributes."""
+
+    model_store_dir: str = setting(owned_dir)
+    model_llm_manifest: str = setting(manifest_ref)
+    model_sources: list[str] = setting(model_sources)
+    model_local_dirs: list[str] = setting(abs_path_list)
+    model_local_link: str = setting(choice(("copy", "hardlink")))
+    hf_endpoint: str = setting(url_or_empty)
+    hf_token_env: str = setting(matches(ENV_NAME, "an environment variable name such as HF_TOKEN"))
+    modelscope_endpoint: str = setting(url_or_empty)
+    modelscope_token_env: str = setting(matches(ENV_NAME, "an environment variable name"))
+    model_replace_mismatched: bool = setting(boolean)
+    model_verify_sha256: bool = setting(boolean)
+    model_lock_dir: str = setting(abs_path_or_empty)
+    model_backup_dir: str = setting(writable_dir_or_empty)
+    model_tool_python: str = setting(python_interpreter)
+
+
+SETTINGS: tuple[Setting, ...] = declared(ModelSettings)
 
 RULES: dict[str, Check] = rules(SETTINGS)
 OPTIONAL: tuple[str, ...] = optional(SETTINGS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from roles.common.checks import (
     sha256_or_empty,
 )
 from roles.common.locks import version_check
-from roles.common.setting import Setting, optional, rules
+from roles.common.setting import Setting, TypedSettings, declared, optional, rules, setting
 
 CUDA_LOCK = Path(__file__).resolve().parents[2] / "files" / "nvidia" / "cuda-toolkit.lock"
 
@@ -38,36 +39,42 @@ def driver_branch(value: Any) -> str | None:
     return None
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("nvidia_gpu_count", integer(0, 16)),
-    Setting("nvidia_install_path", choice(INSTALL_PATHS)),
-    Setting("nvidia_driver_branch", driver_branch),
-    Setting("nvidia_cuda_repo_url", https_url),
-    Setting(
-        "nvidia_cuda_keyring_deb",
+@dataclass(frozen=True)
+class NvidiaSettings(TypedSettings):
+    """The NVIDIA layer's settings, each declared once: name, the type code reads, check.
+    Defaults, meaning and sources: inventory/group_data/all.py ("Hardware the inventory
+    declares", "NVIDIA driver, ..."). ``NvidiaSettings.of(host.data)`` reads them into typed
+    attributes."""
+
+    nvidia_gpu_count: int = setting(integer(0, 16))
+    nvidia_install_path: str = setting(choice(INSTALL_PATHS))
+    nvidia_driver_branch: int = setting(driver_branch)
+    nvidia_cuda_repo_url: str = setting(https_url)
+    nvidia_cuda_keyring_deb: str = setting(
         matches(
             re.compile(r"^cuda-keyring_[\w.+~-]+_all\.deb$"),
             "a cuda-keyring_<version>_all.deb file name",
-        ),
-    ),
-    Setting("nvidia_cuda_keyring_sha256", sha256_or_empty),
-    Setting(
-        "cuda_toolkit_version", version_check(CUDA_LOCK, "cuda-toolkit", "cuda_toolkit_version")
-    ),
-    Setting("nvidia_persistence_mode", boolean),
-    Setting("nvidia_power_limit_w", integer(50, 1000), optional=True),
-    Setting("nvlink_required", boolean),
-    Setting("nvlink_expected_links", integer(1, 18)),
-    Setting("nvlink_link_gbps", number(0.0, 1000.0, lo_open=True)),
-    Setting("nvidia_reboot_allowed", boolean),
-    Setting("nvidia_reboot_timeout_s", integer(60, 7200)),
-    Setting(
-        "nvidia_gpu_compute_capability",
+        )
+    )
+    nvidia_cuda_keyring_sha256: str = setting(sha256_or_empty)
+    cuda_toolkit_version: str = setting(
+        version_check(CUDA_LOCK, "cuda-toolkit", "cuda_toolkit_version")
+    )
+    nvidia_persistence_mode: bool = setting(boolean)
+    nvidia_power_limit_w: int | None = setting(integer(50, 1000), optional=True)
+    nvlink_required: bool = setting(boolean)
+    nvlink_expected_links: int = setting(integer(1, 18))
+    nvlink_link_gbps: float = setting(number(0.0, 1000.0, lo_open=True))
+    nvidia_reboot_allowed: bool = setting(boolean)
+    nvidia_reboot_timeout_s: int = setting(integer(60, 7200))
+    nvidia_gpu_compute_capability: str = setting(
         matches(
             re.compile(r"^\d{1,2}\.\d$"), 'a compute capability such as "8.6" (RTX 3090), a string'
-        ),
-    ),
-)
+        )
+    )
+
+
+SETTINGS: tuple[Setting, ...] = declared(NvidiaSettings)
 
 RULES: dict[str, Check] = rules(SETTINGS)
 OPTIONAL: tuple[str, ...] = optional(SETTINGS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,15 @@ from roles.common.checks import (
     service_port,
 )
 from roles.common.locks import version_check
-from roles.common.setting import ServiceKeys, Setting, optional, rules
+from roles.common.setting import (
+    ServiceKeys,
+    Setting,
+    TypedSettings,
+    declared,
+    optional,
+    rules,
+    setting,
+)
 from roles.model.settings import manifest_ref
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "voxcpm"
@@ -72,40 +81,44 @@ def voice_aliases(value: Any) -> str | None:
     return "; ".join(problems) or None
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("voxcpm_install", boolean),
-    Setting(
-        "voxcpm_python_version",
+@dataclass(frozen=True)
+class VoxcpmSettings(TypedSettings):
+    """The VoxCPM2 role's settings, each declared once: name, the type code reads, check.
+    Defaults, meaning and sources: inventory/group_data/all.py ("VoxCPM2").
+    ``VoxcpmSettings.of(host.data)`` reads them into typed attributes."""
+
+    voxcpm_install: bool = setting(boolean)
+    voxcpm_python_version: str = setting(
         matches(
             re.compile(r"^3\.(11|12)\.\d+$"),
             "an exact CPython 3.11.x-3.12.x release such as 3.12.16 (voxcpm 2.0.3 supports 3.10-3.12; "
             "its lock needs 3.11 or later: fastapi 0.165.0 and av 18.1.0)",
-        ),
-    ),
-    Setting("voxcpm_python_install_mirror", location_or_empty(paths=False)),
-    Setting("voxcpm_python_downloads_json", location_or_empty(paths=True)),
-    Setting("voxcpm_version", version_check(LOCK, "voxcpm", "voxcpm_version")),
-    Setting("voxcpm_user", matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)")),
-    Setting("voxcpm_host", host_address),
-    Setting(
-        "voxcpm_api_key_env",
-        matches(ENV_NAME, "an environment variable name such as VOXCPM_API_KEY"),
-    ),
-    Setting("voxcpm_port", service_port),
-    Setting(
-        "voxcpm_served_model_name",
-        matches(SAFE_NAME, "a name of letters, digits, '.', '_' and '-'"),
-    ),
-    Setting("voxcpm_voice_aliases", voice_aliases),
-    Setting("voxcpm_model_manifest", manifest_ref),
-    Setting("voxcpm_gpu_index", integer(0, 15)),
-    Setting("voxcpm_vram_gib", number(0.0, 1024.0, lo_open=True)),
-    Setting("voxcpm_cfg_value", number(0.0, 20.0, lo_open=True)),
-    Setting("voxcpm_inference_timesteps", integer(1, 1000)),
-    Setting("voxcpm_torch_compile", boolean),
-    Setting("voxcpm_start_timeout_s", integer(30, 24 * 3600)),
-    Setting("voxcpm_test_double_synthesizer", boolean),
-)
+        )
+    )
+    voxcpm_python_install_mirror: str = setting(location_or_empty(paths=False))
+    voxcpm_python_downloads_json: str = setting(location_or_empty(paths=True))
+    voxcpm_version: str = setting(version_check(LOCK, "voxcpm", "voxcpm_version"))
+    voxcpm_user: str = setting(matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"))
+    voxcpm_host: str = setting(host_address)
+    voxcpm_api_key_env: str = setting(
+        matches(ENV_NAME, "an environment variable name such as VOXCPM_API_KEY")
+    )
+    voxcpm_port: int = setting(service_port)
+    voxcpm_served_model_name: str = setting(
+        matches(SAFE_NAME, "a name of letters, digits, '.', '_' and '-'")
+    )
+    voxcpm_voice_aliases: Mapping[str, str] = setting(voice_aliases)
+    voxcpm_model_manifest: str = setting(manifest_ref)
+    voxcpm_gpu_index: int = setting(integer(0, 15))
+    voxcpm_vram_gib: float = setting(number(0.0, 1024.0, lo_open=True))
+    voxcpm_cfg_value: float = setting(number(0.0, 20.0, lo_open=True))
+    voxcpm_inference_timesteps: int = setting(integer(1, 1000))
+    voxcpm_torch_compile: bool = setting(boolean)
+    voxcpm_start_timeout_s: int = setting(integer(30, 24 * 3600))
+    voxcpm_test_double_synthesizer: bool = setting(boolean)
+
+
+SETTINGS: tuple[Setting, ...] = declared(VoxcpmSettings)
 
 RULES: dict[str, Check] = rules(SETTINGS)
 #: The settings of voxcpm.service's account, bind address, port and start timeout.

@@ -24,7 +24,9 @@ from roles.common.setting import (
     NotChecked,
     Setting,
     Switch,
+    TypedSettings,
     Withheld,
+    declared,
     each_rule,
     managed_flags,
     render,
@@ -252,17 +254,38 @@ def _conforms(value, hint) -> bool:
     return isinstance(value, hint)
 
 
-#: a value of another type than the annotation, per annotation
-_WRONG = {int: "8", float: "0.5", bool: 1, str: 8}
+def _typed_class(module) -> type:
+    (cls,) = [
+        v
+        for v in vars(module).values()
+        if isinstance(v, type) and issubclass(v, TypedSettings) and v.__module__ == module.__name__
+    ]
+    return cls
 
 
-def test_typed_vllm_settings_agree_with_their_checks(settings):
-    """Each field's annotation fits the shipped value, and its check refuses another type."""
-    hints = typing.get_type_hints(VllmSettings)
-    for f in dataclasses.fields(VllmSettings):
+def _wrong(hint):
+    """A value of another type than the annotation ``hint``."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return _wrong(typing.get_args(hint)[0])
+    if origin is list:
+        return "x"
+    if origin is collections.abc.Mapping:
+        return ["x"]
+    return {int: "8", float: "0.5", bool: 1, str: 8}[hint]
+
+
+@pytest.mark.parametrize("module", ROLE_SETTINGS, ids=lambda m: m.__name__)
+def test_typed_settings_agree_with_their_checks(settings, module):
+    """Each role declares its settings as one typed class; each field's annotation fits the
+    shipped value, and its check refuses a value of another type."""
+    cls = _typed_class(module)
+    assert declared(cls) == module.SETTINGS
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
         assert _conforms(settings[f.name], hints[f.name]), (f.name, settings[f.name])
-        wrong = _WRONG.get(hints[f.name], 8)
-        assert vllm_settings.RULES[f.name](wrong), f"{f.name} takes {wrong!r}"
+        wrong = _wrong(hints[f.name])
+        assert module.RULES[f.name](wrong), f"{f.name} takes {wrong!r}"
 
 
 def test_typed_vllm_settings_read_once(settings):

@@ -1,10 +1,12 @@
 """rigup's settings, read and checked once per host, before any change.
 
-Each role owns the rules of its keys (``roles/<role>/settings.py``: ``RULES``, ``OPTIONAL``,
-``consistency``). This module sits above the roles: it gathers their rules, adds the rules that
-span roles (tensor parallel vs declared GPUs, GPU indexes, ports, directories, the per-GPU VRAM
-budget of each mode) and refuses keys it does not know. A deploy file calls
-:func:`host_settings` once and hands the result to every role it runs.
+Each role declares its settings once, as a typed class in ``roles/<role>/settings.py`` (name,
+type, check and, for a managed service flag, the flag: roles.common.setting), from which its
+``SETTINGS``, ``RULES`` and ``OPTIONAL`` derive, and holds its rules over several keys
+(``consistency``). This module sits above the roles: it gathers their declarations, adds the
+rules that span roles (tensor parallel vs declared GPUs, GPU indexes, ports, directories, the
+per-GPU VRAM budget of each mode) and refuses every key that is neither a setting nor pyinfra's
+own. A deploy file calls :func:`host_settings` once and hands the result to every role it runs.
 
 The rules are pure: :func:`validate` takes a mapping (a pyinfra ``host.data`` or a plain dict) and
 returns the list of problems, which the unit tests exercise directly.

@@ -34,7 +34,7 @@ from roles.nvidia.layer import NvidiaLayer
 from roles.voxcpm.paths import UNIT, VoxcpmPaths
 from roles.voxcpm.python import PythonVersion, managed_python_installed
 from roles.voxcpm.service import exec_start, server_args, service_env, start_decision
-from roles.voxcpm.settings import SERVICE_KEYS
+from roles.voxcpm.settings import SERVICE_KEYS, VoxcpmSettings
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "voxcpm"
 #: The speech server's modules, installed beside it (files/voxcpm): file -> what it holds.
@@ -56,7 +56,7 @@ def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
         env=service_env(settings, p),
         description=(
             "VoxCPM2 text-to-speech server, OpenAI-style /v1/audio/speech "
-            f"({settings.voxcpm_served_model_name})"
+            f"({VoxcpmSettings.of(settings).voxcpm_served_model_name})"
         ),
         documentation=f"file://{p.server}",
         exec_start=exec_start(p, server_args(settings, p, model_dir)),
@@ -89,22 +89,23 @@ def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> No
     False. ``nvidia``: what roles.nvidia.nvidia returned in this run (the driver there or
     planned); without it (a partial run) the host as it is.
     """
-    if not settings.voxcpm_install:
+    cfg = VoxcpmSettings.of(settings)
+    if not cfg.voxcpm_install:
         logger.info(f"[{host.name}] VoxCPM2: voxcpm_install is False; not installed")
         return
     layout = Layout.from_data(settings)
     p = VoxcpmPaths.from_data(settings)
-    key_env = settings.voxcpm_api_key_env
+    key_env = cfg.voxcpm_api_key_env
     key = api_key_or_refuse(
         "VoxCPM2",
         "voxcpm_host",
-        settings.voxcpm_host,
+        cfg.voxcpm_host,
         key_env,
         os.environ.get(key_env),
         p.api_key_file,
     )
-    version = settings.voxcpm_python_version
-    placed = store.place(settings.voxcpm_model_manifest)
+    version = cfg.voxcpm_python_version
+    placed = store.place(cfg.voxcpm_model_manifest)
     svc = GpuService(settings, service_spec(settings, placed.path))
 
     svc.account("rigup VoxCPM2 service")
@@ -118,7 +119,7 @@ def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> No
         name=f"Directory {p.voices}",
         path=p.voices,
         user="root",
-        group=settings.voxcpm_user,
+        group=cfg.voxcpm_user,
         mode="750",
     )
 
@@ -132,8 +133,8 @@ def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> No
         uv=layout.uv,
         cache_dir=layout.uv_cache,
         tmp_dir=layout.tmp,
-        mirror=settings.voxcpm_python_install_mirror,
-        downloads_json=settings.voxcpm_python_downloads_json,
+        mirror=cfg.voxcpm_python_install_mirror,
+        downloads_json=cfg.voxcpm_python_downloads_json,
     )
     svc.track(python, software=True)
     uv_lock_private(p.python_install_dir)
@@ -147,7 +148,7 @@ def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> No
 
     svc.venv(
         what="VoxCPM2",
-        contents=f"voxcpm {settings.voxcpm_version}, Python {version}",
+        contents=f"voxcpm {cfg.voxcpm_version}, Python {version}",
         lock_src=FILES / "requirements.lock",
         lock=p.lock,
         venv=p.venv,
@@ -158,7 +159,7 @@ def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> No
         svc.put(f"VoxCPM2 HTTP server's {what} ({module})", FILES / module, f"{p.bin}/{module}")
 
     blocker = start_decision(settings, gpu_hold_back_reason(settings, nvidia))
-    if blocker is None and settings.voxcpm_test_double_synthesizer:
+    if blocker is None and cfg.voxcpm_test_double_synthesizer:
         logger.warning(
             f"[{host.name}] VoxCPM2: voxcpm_test_double_synthesizer is on: {UNIT} serves a "
             "TEST DOUBLE tone, not VoxCPM2 speech (tests only)."

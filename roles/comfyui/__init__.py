@@ -31,7 +31,7 @@ from pyinfra.operations import apt
 from roles.comfyui.flags import exec_start, main_args, service_env
 from roles.comfyui.paths import BASE_SUBDIRS, UNIT, ComfyuiPaths
 from roles.comfyui.release import release_of, release_source
-from roles.comfyui.settings import SERVICE_KEYS
+from roles.comfyui.settings import SERVICE_KEYS, ComfyuiSettings
 from roles.common.operations import fingerprint
 from roles.common.service import GpuService, ServiceSpec
 from roles.model import ModelStore, link_model_files
@@ -79,7 +79,8 @@ def comfyui(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> N
     ``nvidia``: what roles.nvidia.nvidia returned in this run (the driver there or planned);
     without it (a partial run) the host as it is.
     """
-    if not settings.comfyui_install:
+    cfg = ComfyuiSettings.of(settings)
+    if not cfg.comfyui_install:
         logger.info(f"[{host.name}] ComfyUI: comfyui_install is False; not installed")
         return
     d = ComfyuiPaths.from_data(settings)
@@ -121,10 +122,10 @@ def comfyui(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> N
     # The model manifests of comfyui_models, placed in the store (verified, atomic) and linked
     # into models/<folder> (each manifest's dest names the folder). ComfyUI follows the links;
     # the store stays the one copy, root-owned and read-only to the service.
-    for manifest in settings.comfyui_models:
+    for manifest in cfg.comfyui_models:
         link_model_files(store.place(manifest), into=f"{d.base}/models")
 
     svc.install(
-        None if settings.comfyui_cpu else gpu_hold_back_reason(settings, nvidia),
+        None if cfg.comfyui_cpu else gpu_hold_back_reason(settings, nvidia),
         hint="comfyui_cpu = True runs it on the CPU",
     )

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from roles.comfyui.paths import ComfyuiPaths
+from roles.comfyui.settings import ComfyuiSettings
 from roles.common.service import exec_line
 from roles.common.urls import local_probe_url
 
@@ -26,21 +27,22 @@ def main_args(data: Mapping[str, Any] | Any) -> list[str]:
     read-only checkout (its default is ``<checkout>/user/comfyui.db``).
     """
     d = ComfyuiPaths.from_data(data)
+    comfy = ComfyuiSettings.of(data)
     args = [
-        "--listen", str(data.get("comfyui_host")),
-        "--port", str(data.get("comfyui_port")),
+        "--listen", str(comfy.comfyui_host),
+        "--port", str(comfy.comfyui_port),
         "--base-directory", d.base,
         "--database-url", f"sqlite:///{d.database}",
         "--disable-auto-launch",
     ]  # fmt: skip
-    if data.get("comfyui_cpu"):
+    if comfy.comfyui_cpu:
         args.append("--cpu")
     else:
         args += [
-            "--cuda-device", str(data.get("comfyui_gpu_index")),
-            "--reserve-vram", str(float(data.get("comfyui_reserve_vram_gib"))),
+            "--cuda-device", str(comfy.comfyui_gpu_index),
+            "--reserve-vram", str(float(comfy.comfyui_reserve_vram_gib)),
         ]  # fmt: skip
-    args += [str(a) for a in data.get("comfyui_extra_args") or []]
+    args += [str(a) for a in comfy.comfyui_extra_args or []]
     return args
 
 
@@ -61,7 +63,7 @@ def service_env(data: Mapping[str, Any] | Any) -> dict[str, str]:
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "PYTHONUNBUFFERED": "1",
     }
-    env.update({str(k): str(v) for k, v in (data.get("comfyui_env") or {}).items()})
+    env.update({str(k): str(v) for k, v in (ComfyuiSettings.of(data).comfyui_env or {}).items()})
     return env
 
 
@@ -73,4 +75,5 @@ def exec_start(data: Mapping[str, Any] | Any) -> str:
 
 def system_stats_url(data: Mapping[str, Any] | Any) -> str:
     """URL of ComfyUI's ``GET /system_stats`` (its readiness probe) as seen from the host."""
-    return local_probe_url(str(data.get("comfyui_host")), data.get("comfyui_port"), "/system_stats")
+    comfy = ComfyuiSettings.of(data)
+    return local_probe_url(str(comfy.comfyui_host), comfy.comfyui_port, "/system_stats")

@@ -26,7 +26,7 @@ from roles.comfyui import settings as comfyui_settings
 from roles.common import diagnosis
 from roles.common.checks import Check, SettingsError, contains
 from roles.common.converge import hold_converge_lock
-from roles.common.pyinfra_keys import is_pyinfra_key
+from roles.common.pyinfra_keys import is_pyinfra_key, pyinfra_keys
 from roles.common.setting import Checked, RuleOver, Setting, each_rule, optional, rules
 from roles.doctor import settings as doctor_settings
 from roles.model import settings as model_settings
@@ -70,13 +70,15 @@ TOOLING_KEYS: tuple[str, ...] = ()
 
 def unknown_keys(keys: set[str]) -> list[str]:
     """Problems for keys that are neither a rigup setting nor pyinfra's own
-    (:data:`roles.common.pyinfra_keys.PYINFRA_KEYS`), whatever their name, with the likely
-    intended key: ``["vlm_host: not a rigup setting (did you mean vllm_host?); ..."]``."""
+    (:func:`roles.common.pyinfra_keys.pyinfra_keys`), whatever their name, with the likely
+    intended key among both: ``["vlm_host: not a rigup setting (did you mean vllm_host?); ..."]``,
+    ``["ssh_prot: not a rigup setting (did you mean ssh_port?); ..."]``."""
     problems = []
+    known = [*RULES, *sorted(pyinfra_keys())]
     for key in sorted(keys):
         if key in RULES or key in TOOLING_KEYS or is_pyinfra_key(key):
             continue
-        close = difflib.get_close_matches(key, RULES, n=1, cutoff=0.6)
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
         problems.append(
             f"{key}: not a rigup setting{hint}; inventory/group_data/all.py lists every setting"

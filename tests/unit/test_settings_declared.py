@@ -152,6 +152,8 @@ def test_checked_values_refuse_what_failed_its_check():
         ("comfy_port", "comfyui_port"),
         ("gpu_count", "nvidia_gpu_count"),
         ("power_limit_w", "nvidia_power_limit_w"),
+        ("ssh_prot", "ssh_port"),
+        ("_sudo_usr", "_sudo_user"),
     ],
 )
 def test_a_key_of_any_name_that_is_no_setting_is_refused(settings, key, meant):

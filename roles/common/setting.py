@@ -1,13 +1,16 @@
 """A setting's declaration, and the command-line flag a setting renders.
 
-Every rigup setting is declared once, in its role's ``roles/<role>/settings.py`` ``SETTINGS``: its
-name, the check its value must pass (roles/common/checks.py: the type and the range), whether None
-is allowed, and, for a service's managed flag, the :class:`Flag` it renders. Its default, meaning
-and source are written once, in inventory/group_data/all.py (the file the owner reads and edits);
+Every rigup setting is declared once, as a field of its role's typed class in
+``roles/<role>/settings.py`` (``VllmSettings``, ...; :func:`setting`, :class:`TypedSettings`):
+the field's name is the setting's, its annotation the type code reads, and :func:`setting` gives
+the check its value must pass (roles/common/checks.py), whether None is allowed and, for a
+service's managed flag, the :class:`Flag` it renders. Its default, meaning and source are written
+once, in inventory/group_data/all.py (the file the owner reads and edits);
 tests/unit/test_settings_declared.py binds the two: every declared setting is set there and
-documented, every key set there is declared. From the declarations derive the validation rules
-(roles/settings.py), the managed-flag refusal (a service's extra arguments may not repeat a
-managed flag) and the argv (roles/vllm/flags.py ``managed_args``).
+documented, every key set there is declared, every annotation fits the shipped value. From the
+declarations derive the validation rules (roles/settings.py), the managed-flag refusal (a
+service's extra arguments may not repeat a managed flag) and the argv (roles/vllm/flags.py
+``managed_args``).
 """
 
 from __future__ import annotations

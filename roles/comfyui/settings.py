@@ -30,6 +30,7 @@ from roles.common.setting import (
     Setting,
     TypedSettings,
     declared,
+    each_rule,
     optional,
     rules,
     setting,
@@ -104,26 +105,36 @@ SERVICE_KEYS = ServiceKeys(
 OPTIONAL: tuple[str, ...] = optional(SETTINGS)
 
 
-def consistency(values: Mapping[str, Any]) -> list[str]:
-    """comfyui_host beyond loopback only with comfyui_allow_network_without_auth (ComfyUI has no
-    authentication); comfyui_extra_args may not set managed flags nor the VRAM-pinning ones; the
-    release's lock, when there is one, must be usable."""
-    problems = []
+def release_usable(values: Mapping[str, Any]) -> list[str]:
+    """The release's lock, when there is one, must be usable."""
     try:
         load_release(values["comfyui_release"], values["comfyui_lock_dir"])
     except ReleaseError as exc:
-        problems.append(f"comfyui_release: {' '.join(str(exc).split())}")
+        return [f"comfyui_release: {' '.join(str(exc).split())}"]
+    return []
+
+
+def network_needs_opt_in(values: Mapping[str, Any]) -> list[str]:
+    """comfyui_host beyond loopback only with comfyui_allow_network_without_auth (ComfyUI has no
+    authentication)."""
     host = values["comfyui_host"]
     if not is_loopback(host) and not values["comfyui_allow_network_without_auth"]:
-        problems.append(
+        return [
             f"comfyui_host: {host} is not loopback, and ComfyUI has no authentication: whoever "
             "reaches the port runs workflows and reads every input and output. Bind it to "
             "127.0.0.1 (reach it through an SSH tunnel or a reverse proxy with authentication), "
             "or set comfyui_allow_network_without_auth = True to expose it anyway"
-        )
+        ]
+    return []
+
+
+def extra_args_allowed(values: Mapping[str, Any]) -> list[str]:
+    """comfyui_extra_args may not set managed flags nor the VRAM-pinning ones."""
+    problems = [
+        f"comfyui_extra_args: {clash}; set it there instead"
+        for clash in flag_clashes(values["comfyui_extra_args"], MANAGED, {})
+    ]
     flags = {a.split("=", 1)[0] for a in values["comfyui_extra_args"]}
-    for clash in flag_clashes(values["comfyui_extra_args"], MANAGED, {}):
-        problems.append(f"comfyui_extra_args: {clash}; set it there instead")
     refused = sorted(
         {f for f in flags for r in REFUSED_FLAGS if len(f) > 3 and r.startswith(f)}
         | (flags & set(REFUSED_FLAGS))
@@ -134,3 +145,13 @@ def consistency(values: Mapping[str, Any]) -> list[str]:
             "ComfyUI's offloading, which FLUX.2 Dev and LTX-2.3 need on 24 GB cards; remove it"
         )
     return problems
+
+
+#: The rules over several ComfyUI keys, each run on its own (roles.common.setting.each_rule).
+CONSISTENCY = (release_usable, network_needs_opt_in, extra_args_allowed)
+
+
+def consistency(values: Mapping[str, Any]) -> list[str]:
+    """Problems of the rules over several ComfyUI keys (:data:`CONSISTENCY`); a rule that reads a
+    key that failed its own check is skipped."""
+    return each_rule(values, CONSISTENCY)

@@ -22,7 +22,15 @@ from roles.common.checks import (
     url_or_empty,
     writable_dir_or_empty,
 )
-from roles.common.setting import Setting, TypedSettings, declared, optional, rules, setting
+from roles.common.setting import (
+    Setting,
+    TypedSettings,
+    declared,
+    each_rule,
+    optional,
+    rules,
+    setting,
+)
 from roles.model.manifest import ManifestError, load_manifest
 
 #: Model sources (roles/model, files/model/modeltool).
@@ -91,20 +99,28 @@ RULES: dict[str, Check] = rules(SETTINGS)
 OPTIONAL: tuple[str, ...] = optional(SETTINGS)
 
 
-def consistency(values: Mapping[str, Any]) -> list[str]:
-    """The store, its sources and its backup are distinct trees."""
-    problems = []
+def sources_outside_store(values: Mapping[str, Any]) -> list[str]:
+    """No local source inside or around the store."""
     store = values["model_store_dir"]
-    for root in values["model_local_dirs"]:
-        if contains(store, root) or contains(root, store):
-            problems.append(
-                f"model_local_dirs: {root} and model_store_dir {store} must not contain one "
-                "another (the store is where models are placed, not a source)"
-            )
-    backup = values["model_backup_dir"]
+    return [
+        f"model_local_dirs: {root} and model_store_dir {store} must not contain one "
+        "another (the store is where models are placed, not a source)"
+        for root in values["model_local_dirs"]
+        if contains(store, root) or contains(root, store)
+    ]
+
+
+def backup_outside_store(values: Mapping[str, Any]) -> list[str]:
+    """The backup neither inside nor around the store."""
+    store, backup = values["model_store_dir"], values["model_backup_dir"]
     if backup and (contains(store, backup) or contains(backup, store)):
-        problems.append(
+        return [
             f"model_backup_dir: {backup} and model_store_dir must not contain one another (a "
             "backup belongs on another disk)"
-        )
-    return problems
+        ]
+    return []
+
+
+def consistency(values: Mapping[str, Any]) -> list[str]:
+    """The store, its sources and its backup are distinct trees (each rule on its own)."""
+    return each_rule(values, (sources_outside_store, backup_outside_store))

@@ -127,6 +127,13 @@ def test_a_rule_reading_a_bad_key_is_skipped_the_others_run(settings):
     assert not [p for p in problems if p.startswith("vllm_long_prefill_token_threshold")]
 
 
+def test_a_bad_release_hides_no_comfyui_host_problem(settings):
+    settings.update(comfyui_release="v0.8.0 latest", comfyui_host="0.0.0.0")
+    problems = validate(settings)
+    assert problems[0].startswith("comfyui_release: must be a release tag"), problems
+    assert problems[1].startswith("comfyui_host: 0.0.0.0 is not loopback"), problems
+
+
 def test_checked_values_refuse_what_failed_its_check():
     values = Checked({"a": 1})
     assert values["a"] == 1 and values.get("a") == 1 and dict(values) == {"a": 1}

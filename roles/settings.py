@@ -47,7 +47,7 @@ __all__ = [
     "validate",
 ]
 
-#: Every role's rules, in the order of deploys/full.py.
+#: Every role's settings module, in the order of deploys/full.py.
 ROLE_SETTINGS: tuple[ModuleType, ...] = (
     base_settings,
     nvidia_settings,

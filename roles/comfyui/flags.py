@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from roles.comfyui.paths import ComfyuiPaths
-from roles.common.service import exec_line
+from roles.common.command_line import exec_line
 from roles.common.urls import local_probe_url
 
 

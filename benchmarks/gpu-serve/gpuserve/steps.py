@@ -1,0 +1,138 @@
+"""The GPU serving check's steps on a started engine: wait for it, run the API checks tests/infra
+runs (roles/vllm/api_checks.py), read its start from its log (engine_start_facts), measure
+rigup-bench's rows (roles/doctor/bench, as ``rigup_bench`` on a rig), and write the summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from gpuserve import engine
+from gpuserve.rigup import host_libraries, pure, settings
+
+
+def _libs(run: Path):
+    """rigup_metrics, rigup_bench as a rig imports them (symlinked in a temporary ``lib``)."""
+    if not any(p.endswith("rigup-gpu-lib") for p in sys.path):
+        host_libraries(Path(tempfile.mkdtemp(prefix="rigup-")) / "rigup-gpu-lib")
+    import rigup_bench
+    import rigup_metrics
+
+    return rigup_metrics, rigup_bench
+
+
+def api_checks(record: dict) -> list[dict]:
+    """The API checks tests/infra runs, every one to the end: ``[{"check", "ok", ...}]``."""
+    c = pure("roles.vllm.api_checks")
+    api = c.Api(record["base_url"], record["served_model_name"])
+    spec = bool(record.get("speculative_config"))
+    reasoning = bool(record.get("reasoning_parser"))
+    return c.run_all(
+        [
+            ("health", lambda: c.health(api)),
+            ("models", lambda: c.models(api)),
+            ("completion", lambda: c.completion(api)),
+            ("chat, reasoning apart", lambda: c.chat_reasoning_apart(api, reasoning)),
+            ("stream", lambda: c.stream(api)),
+            ("tool call (qwen3_coder)", lambda: c.tool_call(api)),
+            ("metrics", lambda: c.metrics(api, speculative=spec)),
+        ]
+    )
+
+
+def summary(run: Path, healthy: bool, waited: float, why: str, checks: list[dict] | None) -> dict:
+    """The run's summary: the engine's start facts from its log, the GPUs, the checks."""
+    record = engine.load(run)
+    facts = pure("roles.common.diagnosis.engine_start").engine_start_facts(
+        (run / "engine.log").read_text(encoding="utf-8", errors="replace")
+    )
+    out = {
+        "run": str(run),
+        "healthy": healthy,
+        "waited_s": waited,
+        "why_not": why or None,
+        "since_start_s": round(time.time() - record["started"], 1),
+        "machine": record.get("machine"),
+        "overrides": record.get("overrides"),
+        "gpu_memory_utilization": record.get("gpu_memory_utilization"),
+        "engine": facts.as_dict(),
+        "checks": checks,
+        "checks_passed": None if checks is None else all(c["ok"] for c in checks),
+    }
+    (run / "summary.json").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    return out
+
+
+def acceptance_since_start(record: dict, run: Path) -> dict | None:
+    """MTP acceptance from /metrics since the engine started (None without drafts)."""
+    metrics, _ = _libs(run)
+    c = pure("roles.vllm.api_checks")
+    status, text = c.Api(record["base_url"], record["served_model_name"]).request(
+        "/metrics", key=None
+    )
+    if status != 200:
+        return None
+    return metrics.acceptance(metrics.window(None, metrics.parse(text)))
+
+
+def bench_config(record: dict, run: Path, site: Path | None) -> dict[str, Any]:
+    """rigup-bench's configuration (the keys roles/doctor/config.py gives a rig) for this engine."""
+    s = settings()
+    return {
+        "vllm": {
+            "version": s.get("vllm_version"),
+            "served_model_name": record["served_model_name"],
+            "model_dir": record["overrides"]["model"],
+            "model": {"name": Path(record["overrides"]["model"]).name},
+            "base_url": record["base_url"],
+            "health_url": f"{record['base_url']}/health",
+            "metrics_url": f"{record['base_url']}/metrics",
+            "cli": [record["argv"][0], record["argv"][1]],
+            "api_key_file": str(run / "no-api-key"),
+            "serve_args": record["argv"][3:],
+            "max_model_len": record["max_model_len"],
+            "block_size": record["block_size"],
+            "speculative_config": record.get("speculative_config"),
+            "unit": "vllm.service",
+        },
+        "gpus": {"count": len((record.get("machine") or {}).get("gpus") or [])},
+        "bench": {
+            "results": str(run / "bench"),
+            "rows": [dict(r) for r in s["bench_rows"]],
+            "seed_source": s.get("bench_seed_source"),
+            "seed_acceptance": s.get("bench_seed_acceptance"),
+            "arms": {},
+        },
+    }
+
+
+def bench(run: Path, site: Path | None, rows: list[str] | None, scale: float) -> dict:
+    """rigup-bench's rows against the engine of ``run`` (no arms: there is no vllm.service to
+    restart here), labelled with the machine and MTP on/off; saved under ``run/bench``."""
+    record = engine.load(run)
+    _, rb = _libs(run)
+    if site is not None:  # vllm bench serve runs from the installed wheelhouse too
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p
+        )
+    cfg = bench_config(record, run, site)
+    plan = rb.plan(cfg, rows, None, scale, False)
+    result = rb.bench(cfg, plan)
+    machine = record.get("machine") or {}
+    gpus = machine.get("gpus") or []
+    result["machine"] = {
+        "gpu": gpus[0]["name"] if gpus else None,
+        "gpu_count": len(gpus),
+        "tensor_parallel_size": record["overrides"].get("tensor_parallel_size"),
+        "mtp": bool(record.get("speculative_config")),
+        "gpu_memory_utilization": record.get("gpu_memory_utilization"),
+        "memory_gib": record["overrides"].get("memory_gib"),
+    }
+    result["path"] = rb.save(cfg, result)
+    result["table"] = rb.table(result)
+    return result

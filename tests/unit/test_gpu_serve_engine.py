@@ -1,0 +1,125 @@
+"""benchmarks/gpu-serve's engine: rigup's arguments and environment as roles/vllm/flags.py renders
+them (the same code the unit uses, importable without pyinfra), this run's overrides, the
+NVLink-multicast variables always, bad overrides named all at once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+GPU_SERVE = REPO / "benchmarks" / "gpu-serve"
+sys.path.insert(0, str(GPU_SERVE))
+
+from gpuserve import engine, rigup  # noqa: E402
+
+from roles.vllm.flags import serve_args, service_env  # noqa: E402
+from tests.conftest import load_group_data  # noqa: E402
+
+H200 = [engine.Gpu(0, "NVIDIA H200", 143771)]  # nvidia-smi's memory.total in MiB
+
+
+@pytest.fixture
+def model(tmp_path) -> str:
+    (tmp_path / "config.json").write_text("{}")
+    return str(tmp_path)
+
+
+def render(model: str, gpus=H200, **kw) -> engine.Rendered:
+    o = engine.Overrides(model=model, **kw)
+    return engine.render(rigup.settings(), o, gpus, "/srv/home", {})
+
+
+def test_settings_are_the_deploys_settings():
+    """inventory/group_data/all.py read without pyinfra gives what the deploy reads."""
+    assert rigup.settings() == load_group_data()
+
+
+def test_unchanged_settings_render_the_units_arguments(model):
+    r = render(model)
+    data = rigup.settings()
+    assert r.argv[1:3] == [str(engine.VLLM_CLI), "serve"]
+    assert r.argv[3:] == serve_args(data, model)
+    env = service_env({**data, "vllm_env": engine.NVLS_OFF}, "/srv/home", {})
+    assert r.env == env
+
+
+def test_overrides(model):
+    r = render(model, tensor_parallel_size=1, max_model_len=59200, memory_gib=24, mtp=False)
+    args = r.argv[3:]
+    assert args[args.index("--tensor-parallel-size") + 1] == "1"
+    assert args[args.index("--max-model-len") + 1] == "59200"
+    # 24 GiB of the card's 143771 MiB (140.4 GiB)
+    assert r.gpu_memory_utilization == round(24 / (143771 / 1024), 4) == 0.1709
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.1709"
+    assert "--speculative-config" not in args
+
+
+def test_nvlink_multicast_is_off_in_every_engine_environment(model):
+    for kw in ({}, {"as_3090": True}, {"mtp": False, "enforce_eager": True}):
+        env = render(model, **kw).env
+        assert {k: env[k] for k in engine.NVLS_OFF} == engine.NVLS_OFF
+
+
+def test_as_3090_takes_the_3090s_kernel_paths_only_when_asked(model):
+    plain, as_3090 = render(model), render(model, as_3090=True, enforce_eager=True)
+    assert "VLLM_DISABLED_KERNELS" not in plain.env
+    assert "--gdn-prefill-backend" not in plain.argv and "--enforce-eager" not in plain.argv
+    assert as_3090.env["VLLM_DISABLED_KERNELS"] == "MacheteLinearKernel"
+    assert as_3090.argv[-3:] == ["--enforce-eager", "--gdn-prefill-backend", "triton"]
+
+
+def test_bad_overrides_are_named_all_at_once(tmp_path):
+    with pytest.raises(ValueError) as err:
+        render(str(tmp_path / "none"), tensor_parallel_size=2, max_model_len=8, memory_gib=200)
+    text = str(err.value)
+    for part in ("has no config.json", "tensor parallel size 2: this machine has 1 GPU",
+                 "max model len 8", "memory budget 200 GiB: each GPU has 140.40 GiB"):  # fmt: skip
+        assert part in text, text
+    with pytest.raises(ValueError, match="no GPU answered"):
+        render(str(tmp_path / "none"), gpus=[], memory_gib=24)
+
+
+def test_gpu_rows_parse():
+    text = "0, NVIDIA H200, 143771\n1, NVIDIA GeForce RTX 3090, 24576\nNo devices were found\n"
+    assert engine.parse_gpus(text) == [
+        engine.Gpu(0, "NVIDIA H200", 143771),
+        engine.Gpu(1, "NVIDIA GeForce RTX 3090", 24576),
+    ]
+
+
+def test_renders_without_pyinfra(model, tmp_path):
+    """On the GPU machine there is no pyinfra: the rendering imports none (a Python without it,
+    the same argv as here)."""
+    code = (
+        "import json, sys, builtins\n"
+        "real = builtins.__import__\n"
+        "def guard(name, *a, **k):\n"
+        "    if name.split('.')[0] == 'pyinfra': raise ModuleNotFoundError('no pyinfra here', name='pyinfra')\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = guard\n"
+        f"sys.path.insert(0, {str(GPU_SERVE)!r})\n"
+        "from gpuserve import engine, rigup\n"
+        f"o = engine.Overrides(model={model!r}, max_model_len=4096)\n"
+        "r = engine.render(rigup.settings(), o, [], '/srv/home', {})\n"
+        "print(json.dumps([r.argv[3:], r.env]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
+    argv, env = json.loads(out.stdout)
+    here = render(model, gpus=[], max_model_len=4096)
+    assert argv == here.argv[3:] and env == here.env
+
+
+def test_host_libraries_import_as_on_a_rig(tmp_path):
+    lib = rigup.host_libraries(tmp_path / "lib")
+    names = sorted(p.name for p in lib.iterdir())
+    assert "rigup_bench" in names and "rigup_metrics.py" in names
+    code = f"import sys; sys.path.insert(0, {str(lib)!r}); import rigup_bench; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr

@@ -83,6 +83,11 @@ def acceptance_since_start(record: dict, run: Path) -> dict | None:
 def bench_config(record: dict, run: Path, site: Path | None) -> dict[str, Any]:
     """rigup-bench's configuration (the keys roles/doctor/config.py gives a rig) for this engine."""
     s = settings()
+    args = record["argv"][3:]
+
+    def flag(name: str) -> str | None:
+        return args[args.index(name) + 1] if name in args else None
+
     return {
         "vllm": {
             "version": s.get("vllm_version"),
@@ -98,6 +103,8 @@ def bench_config(record: dict, run: Path, site: Path | None) -> dict[str, Any]:
             "max_model_len": record["max_model_len"],
             "block_size": record["block_size"],
             "speculative_config": record.get("speculative_config"),
+            "kv_cache_dtype": flag("--kv-cache-dtype") or "auto",
+            "tensor_parallel_size": int(flag("--tensor-parallel-size") or 1),
             "unit": "vllm.service",
         },
         "gpus": {"count": len((record.get("machine") or {}).get("gpus") or [])},

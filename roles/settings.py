@@ -31,6 +31,7 @@ from roles.modes import settings as modes_settings
 from roles.modes.budget import budget_problems
 from roles.nvidia import settings as nvidia_settings
 from roles.vllm import settings as vllm_settings
+from roles.vllm.kv_budget import kv_fit_problems
 from roles.vllm.settings import KV_CACHE_MIN_COMPUTE_CAPABILITY
 from roles.voxcpm import settings as voxcpm_settings
 
@@ -176,6 +177,7 @@ def validate(data: Mapping[str, Any] | Any) -> list[str]:
         problems.extend(cross_role(values))
         problems.extend(gpu_capability(values))
         problems.extend(budget_problems(values))
+        problems.extend(kv_fit_problems(values))
     return problems
 
 

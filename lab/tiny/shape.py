@@ -4,76 +4,14 @@ named as in Qwen3.6-27B's (vllm/transformers_utils/configs/qwen3_5.py of vLLM 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tokenizers import Tokenizer
+
+from roles.common.model_shape import QWEN36_27B, Shape
 
 VARIANTS = ("hybrid", "hybrid-int4", "dense")
 
 LM = "model.language_model"
 VISUAL = "model.visual"
-
-
-@dataclass(frozen=True)
-class Shape:
-    """The sizes of a Qwen3.5-architecture checkpoint (Qwen3_5TextConfig's fields, vLLM 0.22.1's
-    vllm/transformers_utils/configs/qwen3_5.py): :data:`TINY` for the lab, :data:`QWEN36_27B` for
-    the real model's text shape. Every tensor and config value lab/tiny writes comes from one.
-
-    Units: sizes in features, heads and layers; ``group`` in input features per AutoRound scale.
-    """
-
-    name: str
-    vocab: int  # config vocab_size (embedding and lm_head rows)
-    hidden: int
-    intermediate: int
-    num_layers: int
-    full_attention_interval: int  # every n-th layer is full attention, the rest gated delta net
-    heads: int  # full attention: query heads (q_proj is twice this: query + output gate)
-    kv_heads: int
-    head_dim: int
-    partial_rotary: float
-    mrope_section: tuple[int, ...]  # sums to head_dim * partial_rotary / 2
-    lin_k_heads: int  # gated delta net (linear attention)
-    lin_v_heads: int
-    lin_k_dim: int
-    lin_v_dim: int
-    conv_k: int
-    mtp_layers: int
-    group: int  # AutoRound group size
-    #: the vision tower's sizes (kept tiny at every size: rigup serves the model text-only)
-    vision: tuple[tuple[str, int], ...] = (
-        ("depth", 2), ("hidden_size", 64), ("intermediate_size", 128), ("num_heads", 2),
-        ("patch_size", 16), ("temporal_patch_size", 2), ("spatial_merge_size", 2),
-        ("num_position_embeddings", 64),
-    )  # fmt: skip
-
-    @property
-    def layer_types(self) -> list[str]:
-        """``"full_attention"`` at every ``full_attention_interval``-th layer (3, 7, ... for 4),
-        ``"linear_attention"`` elsewhere, as Qwen3.5's config lists them."""
-        n = self.full_attention_interval
-        return [
-            "full_attention" if (i + 1) % n == 0 else "linear_attention"
-            for i in range(self.num_layers)
-        ]
-
-    @property
-    def key_dim(self) -> int:
-        return self.lin_k_heads * self.lin_k_dim
-
-    @property
-    def value_dim(self) -> int:
-        return self.lin_v_heads * self.lin_v_dim
-
-    @property
-    def conv_dim(self) -> int:
-        """Channels of the gated delta net's causal conv: query, key and value."""
-        return 2 * self.key_dim + self.value_dim
-
-    @property
-    def vision_sizes(self) -> dict[str, int]:
-        return dict(self.vision)
 
 
 #: The lab's tiny model: every size divisible as vLLM and the CPU kernels need.
@@ -105,29 +43,6 @@ TINY = Shape(
     conv_k=4,
     mtp_layers=1,
     group=128,  # every quantized in_features is a multiple of it
-)
-
-#: Qwen3.6-27B's text shape (the values lab/checkpoint.py documents, and its NOT VERIFIED note:
-#: Qwen3.5-27B's published config.json, which Qwen3.6-27B shares).
-QWEN36_27B = Shape(
-    name="qwen3.6-27b",
-    vocab=248320,
-    hidden=5120,
-    intermediate=17408,
-    num_layers=64,
-    full_attention_interval=4,
-    heads=24,
-    kv_heads=4,
-    head_dim=256,
-    partial_rotary=0.25,
-    mrope_section=(11, 11, 10),
-    lin_k_heads=16,
-    lin_v_heads=48,
-    lin_k_dim=128,
-    lin_v_dim=128,
-    conv_k=4,
-    mtp_layers=1,
-    group=128,
 )
 
 SHAPES = {s.name: s for s in (TINY, QWEN36_27B)}

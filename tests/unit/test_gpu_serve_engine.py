@@ -123,3 +123,43 @@ def test_host_libraries_import_as_on_a_rig(tmp_path):
     code = f"import sys; sys.path.insert(0, {str(lib)!r}); import rigup_bench; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def _record(model: str, **kw) -> dict:
+    r = render(model, **kw)
+    return engine.record_of(r, 4242, {"overrides": {"model": model, **kw}, "machine": {
+        "gpus": engine.asdict_gpus(H200)}})  # fmt: skip
+
+
+def test_the_record_leaves_out_secret_values(model):
+    o = engine.Overrides(model=model)
+    data = {**rigup.settings(), "vllm_env": {"HF_TOKEN": "hf_secret", "MY_API_KEY": "k1"}}
+    r = engine.render(data, o, H200, "/srv/home", {})
+    assert r.env["HF_TOKEN"] == "hf_secret"  # the engine gets it
+    rec = engine.record_of(r, 1, {})
+    assert rec["env"]["HF_TOKEN"] == rec["env"]["MY_API_KEY"] == "(not recorded)"
+    assert "hf_secret" not in json.dumps(rec)
+
+
+def test_bench_config_is_what_rigup_bench_reads(model, tmp_path):
+    """rigup-bench's own code (as the rig's host library) plans the rows and builds vLLM's
+    benchmark command line from the engine's record."""
+    from gpuserve import steps
+
+    record = _record(model, tensor_parallel_size=1, max_model_len=59200, memory_gib=24)
+    cfg = steps.bench_config(record, tmp_path, None)
+    rigup.host_libraries(tmp_path / "lib")
+    import rigup_bench
+
+    plan = rigup_bench.plan(cfg, None, None, 1.0, False)
+    assert [r["id"] for r in plan.rows] == [r["id"] for r in rigup.settings()["bench_rows"]]
+    s = rigup_bench.shape(plan.rows[0], cfg["vllm"]["max_model_len"])
+    argv = rigup_bench.bench_argv(
+        cfg, s, seed=1, salt="s", result_dir=str(tmp_path), filename="r.json", label="x"
+    )
+    assert argv[:4] == [sys.executable, str(engine.VLLM_CLI), "bench", "serve"]
+    assert argv[argv.index("--base-url") + 1] == "http://127.0.0.1:8000"
+    assert argv[argv.index("--tokenizer") + 1] == model
+    assert cfg["vllm"]["kv_cache_dtype"] == "fp8_e5m2"
+    assert cfg["vllm"]["tensor_parallel_size"] == 1
+    assert cfg["gpus"]["count"] == 1

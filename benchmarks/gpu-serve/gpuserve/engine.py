@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,6 +32,8 @@ NVLS_OFF = {
 #: (Hopper-only), and the Triton/FLA gated-delta-net prefill instead of FlashInfer's (Hopper+)
 AS_3090_ENV = {"VLLM_DISABLED_KERNELS": "MacheteLinearKernel"}
 AS_3090_ARGS = ["--gdn-prefill-backend", "triton"]
+#: environment names whose values engine.json leaves out (tokens, keys, passwords)
+SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 #: vLLM's launcher from rigup (files/vllm/vllm_cli.py): ``vllm serve`` / ``vllm bench serve``
 VLLM_CLI = REPO / "files" / "vllm" / "vllm_cli.py"
 
@@ -174,11 +177,18 @@ def start(r: Rendered, run: Path, site: Path | None, extra: dict[str, Any]) -> d
         r.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         cwd=str(run),
     )  # fmt: skip
-    record = {
-        "pid": proc.pid,
+    record = record_of(r, proc.pid, extra)
+    (run / "engine.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return record
+
+
+def record_of(r: Rendered, pid: int, extra: dict[str, Any]) -> dict:
+    """The engine record (engine.json): how it was started and what the later steps read."""
+    return {
+        "pid": pid,
         "started": time.time(),
         "argv": r.argv,
-        "env": {k: r.env[k] for k in sorted(r.env)},
+        "env": {k: "(not recorded)" if SECRET.search(k) else r.env[k] for k in sorted(r.env)},
         "gpu_memory_utilization": r.gpu_memory_utilization,
         "served_model_name": r.settings.get("vllm_served_model_name"),
         "base_url": f"http://127.0.0.1:{r.settings.get('vllm_port')}",
@@ -188,8 +198,6 @@ def start(r: Rendered, run: Path, site: Path | None, extra: dict[str, Any]) -> d
         "reasoning_parser": r.settings.get("vllm_reasoning_parser"),
         **extra,
     }
-    (run / "engine.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    return record
 
 
 def load(run: Path) -> dict:

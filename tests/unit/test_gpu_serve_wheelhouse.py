@@ -40,6 +40,7 @@ def test_the_h200_image_plan_is_the_98_wheels_measured_there():
     assert len(carried) == 98
     assert {pin.name: pin.version for pin in p.wanted} == carried
     assert not set(carried) & set(wheelhouse.LEFT_OUT)
+    assert set(p.left_out) == set(wheelhouse.LEFT_OUT)  # each reported with its reason
 
 
 def test_left_out_wheels_are_those_measured_unneeded_each_with_a_reason():

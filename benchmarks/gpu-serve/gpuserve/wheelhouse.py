@@ -201,8 +201,8 @@ def plan(
     left_out: Mapping[str, str] = LEFT_OUT,
 ) -> Plan:
     """The lock entries for ``target`` that it lacks: by its ``installed`` distributions
-    (name -> version; a different version counts as lacking) or by a known ``missing`` set;
-    minus ``left_out``. Exactly one of ``installed`` and ``missing``. Raises WheelhouseError
+    (name -> version; a different version counts as lacking) or by a known image's ``missing``
+    set (measured without ``left_out``, which is reported as left out); minus ``left_out``. Exactly one of ``installed`` and ``missing``. Raises WheelhouseError
     when the lock pins a name twice for the target, or when neither or both are given."""
     if (installed is None) == (missing is None):
         raise WheelhouseError("give the target's installed distributions or its missing set")
@@ -215,7 +215,10 @@ def plan(
         chosen[pin.name] = pin
     wanted, skipped, present = [], {}, []
     for name, pin in sorted(chosen.items()):
-        lacks = installed.get(name) != pin.version if installed is not None else name in missing
+        if installed is not None:
+            lacks = installed.get(name) != pin.version
+        else:  # a known image: its measured missing list; the declared left-out ones too
+            lacks = name in missing or name in left_out
         if not lacks:
             present.append(name)
         elif name in left_out:

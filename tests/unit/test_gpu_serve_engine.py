@@ -163,3 +163,54 @@ def test_bench_config_is_what_rigup_bench_reads(model, tmp_path):
     assert cfg["vllm"]["kv_cache_dtype"] == "fp8_e5m2"
     assert cfg["vllm"]["tensor_parallel_size"] == 1
     assert cfg["gpus"]["count"] == 1
+
+
+FIX = REPO / "tests" / "fixtures"
+
+
+@pytest.mark.parametrize(
+    ("nvlink", "env", "args"),
+    [
+        ("rtx3090/nvlink-s-healthy.txt", {"NCCL_P2P_LEVEL": "NVL"}, []),
+        (
+            "rtx3090/nvlink-s-one-link-inactive.txt",
+            {"NCCL_P2P_DISABLE": "1"},
+            ["--disable-custom-all-reduce"],
+        ),
+    ],  # fmt: skip
+)
+def test_interconnect_is_rigup_nvlinks_verdict(tmp_path, monkeypatch, model, nvlink, env, args):
+    """rigup-nvlink itself runs (nvidia-smi replaying captured 3090 answers): a verified bridge
+    gives NCCL_P2P_LEVEL=NVL, a degraded one P2P off and --disable-custom-all-reduce, after the
+    unit's arguments as $RIGUP_VLLM_INTERCONNECT_ARGS puts them."""
+    from tests.unit.test_nvidia_role import RECORDED_SMI, _query
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(RECORDED_SMI)
+    smi.chmod(0o755)
+    answers = {
+        "query": _query((290, 290)),
+        "nvlink": (FIX / nvlink).read_text(),
+        "topo": (FIX / "rtx3090/topo-m-nv4.txt").read_text(),
+        "p2p": (FIX / "rtx3090/topo-p2p-r-ok.txt").read_text(),
+    }
+    for name, text in answers.items():
+        (tmp_path / name).write_text(text)
+    state = tmp_path / "state.txt"
+    state.write_text("")
+    monkeypatch.setenv("RIGUP_NVIDIA_SMI", str(smi))
+    monkeypatch.setenv("RIGUP_DRIVER_STATE_COMMAND", f"cat {state}")
+    monkeypatch.setenv("SMI_DIR", str(tmp_path))
+    monkeypatch.setenv("SMI_LOG", str(tmp_path / "calls.log"))
+    link = engine.interconnect(tmp_path / "work", 2, 4, rigup.host_libraries(tmp_path / "lib"))
+    assert link["exit"] == 0, link["report"]
+    assert (link["env"], link["args"]) == (env, args)
+    o = engine.Overrides(
+        model=model,
+        interconnect_env=tuple(link["env"].items()),
+        interconnect_args=tuple(link["args"]),
+    )
+    r = engine.render(rigup.settings(), o, [*H200, engine.Gpu(1, "NVIDIA H200", 143771)], "/h", {})
+    assert {k: r.env[k] for k in env} == env
+    assert r.argv[len(r.argv) - len(args) :] == args
+    assert r.argv[3 : len(r.argv) - len(args)] == serve_args(rigup.settings(), model)

@@ -84,6 +84,9 @@ class Overrides:
     enforce_eager: bool = False
     as_3090: bool = False
     port: int | None = None
+    #: the NCCL environment and flags rigup-nvlink derived (:func:`interconnect`)
+    interconnect_env: tuple[tuple[str, str], ...] = ()
+    interconnect_args: tuple[str, ...] = ()
 
 
 @dataclass
@@ -142,11 +145,14 @@ def render(
     data["vllm_extra_args"] = extra
     data["vllm_env"] = {
         **(data.get("vllm_env") or {}),
+        **dict(o.interconnect_env),
         **(AS_3090_ENV if o.as_3090 else {}),
         **NVLS_OFF,
     }
     flags = pure("roles.vllm.flags")
-    argv = [sys.executable, str(VLLM_CLI), "serve", *flags.serve_args(data, o.model)]
+    # the interconnect flags follow the unit's arguments, as $RIGUP_VLLM_INTERCONNECT_ARGS does
+    argv = [sys.executable, str(VLLM_CLI), "serve", *flags.serve_args(data, o.model),
+            *o.interconnect_args]  # fmt: skip
     env = flags.service_env(data, home, toolkit)
     return Rendered(argv, env, data, utilization)
 
@@ -260,3 +266,39 @@ def stop(record: dict, grace_s: float = 60) -> str:
 
 def asdict_gpus(gpus: list[Gpu]) -> list[dict]:
     return [asdict(g) for g in gpus]
+
+
+#: rigup's boot-time NVLink check on a rig (rigup-nvlink.service), run here as it is
+RIGUP_NVLINK = REPO / "files" / "nvidia" / "rigup-nvlink"
+
+
+def parse_env_file(text: str) -> tuple[dict[str, str], list[str]]:
+    """rigup-nvlink's EnvironmentFile: (NCCL variables, RIGUP_VLLM_INTERCONNECT_ARGS words)."""
+    env = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.startswith("#"):
+            env[key.strip()] = value.strip()
+    args = env.pop("RIGUP_VLLM_INTERCONNECT_ARGS", "").split()
+    return env, args
+
+
+def interconnect(work: Path, gpu_count: int, expected_links: int, lib: Path) -> dict:
+    """What rigup-nvlink verifies on this machine's GPUs and the NCCL environment and ``vllm
+    serve`` flags it derives, as on a rig (its script, with rigup's host libraries at ``lib``):
+    ``{"exit", "report", "env", "args"}``."""
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / "nvlink.json"
+    config.write_text(
+        json.dumps({"gpu_count": gpu_count, "expected_links": expected_links, "required": False})
+    )
+    out = work / "interconnect.env"
+    got = subprocess.run(
+        [sys.executable, str(RIGUP_NVLINK), "--config", str(config), "--env-out", str(out),
+         "--json"],
+        capture_output=True, text=True, check=False, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(lib)},
+    )  # fmt: skip
+    env, args = parse_env_file(out.read_text(encoding="utf-8")) if out.exists() else ({}, [])
+    return {"exit": got.returncode, "report": (got.stdout + got.stderr)[-3000:], "env": env,
+            "args": args}  # fmt: skip

@@ -16,10 +16,18 @@ from gpuserve import engine
 from gpuserve.rigup import host_libraries, pure, settings
 
 
+def host_lib() -> Path:
+    """rigup's host libraries under their host names, in a temporary ``lib`` first on
+    ``sys.path`` (once per process). Returns the directory."""
+    for p in sys.path:
+        if p.endswith("rigup-gpu-lib"):
+            return Path(p)
+    return host_libraries(Path(tempfile.mkdtemp(prefix="rigup-")) / "rigup-gpu-lib")
+
+
 def _libs(run: Path):
-    """rigup_metrics, rigup_bench as a rig imports them (symlinked in a temporary ``lib``)."""
-    if not any(p.endswith("rigup-gpu-lib") for p in sys.path):
-        host_libraries(Path(tempfile.mkdtemp(prefix="rigup-")) / "rigup-gpu-lib")
+    """rigup_metrics, rigup_bench as a rig imports them."""
+    host_lib()
     import rigup_bench
     import rigup_metrics
 

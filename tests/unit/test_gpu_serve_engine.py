@@ -147,7 +147,7 @@ def test_bench_config_is_what_rigup_bench_reads(model, tmp_path):
     from gpuserve import steps
 
     record = _record(model, tensor_parallel_size=1, max_model_len=59200, memory_gib=24)
-    cfg = steps.bench_config(record, tmp_path, None)
+    cfg = steps.bench_config(record, tmp_path)
     rigup.host_libraries(tmp_path / "lib")
     import rigup_bench
 
@@ -214,3 +214,13 @@ def test_interconnect_is_rigup_nvlinks_verdict(tmp_path, monkeypatch, model, nvl
     assert {k: r.env[k] for k in env} == env
     assert r.argv[len(r.argv) - len(args) :] == args
     assert r.argv[3 : len(r.argv) - len(args)] == serve_args(rigup.settings(), model)
+
+
+def test_the_bench_is_labelled_with_the_machine():
+    from gpuserve import steps
+
+    m = {"gpu": "NVIDIA H200", "gpu_count": 1, "tensor_parallel_size": 1, "mtp": False,
+         "memory_gib": 24.0}  # fmt: skip
+    assert steps.machine_line(m) == (
+        "machine: 1 x NVIDIA H200, tensor parallel 1, MTP off, 24 GiB a GPU"
+    )

@@ -88,7 +88,7 @@ def acceptance_since_start(record: dict, run: Path) -> dict | None:
     return metrics.acceptance(metrics.window(None, metrics.parse(text)))
 
 
-def bench_config(record: dict, run: Path, site: Path | None) -> dict[str, Any]:
+def bench_config(record: dict, run: Path) -> dict[str, Any]:
     """rigup-bench's configuration (the keys roles/doctor/config.py gives a rig) for this engine."""
     s = settings()
     args = record["argv"][3:]
@@ -135,7 +135,7 @@ def bench(run: Path, site: Path | None, rows: list[str] | None, scale: float) ->
         os.environ["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p
         )
-    cfg = bench_config(record, run, site)
+    cfg = bench_config(record, run)
     plan = rb.plan(cfg, rows, None, scale, False)
     result = rb.bench(cfg, plan)
     machine = record.get("machine") or {}
@@ -149,5 +149,14 @@ def bench(run: Path, site: Path | None, rows: list[str] | None, scale: float) ->
         "memory_gib": record["overrides"].get("memory_gib"),
     }
     result["path"] = rb.save(cfg, result)
-    result["table"] = rb.table(result)
+    result["table"] = machine_line(result["machine"]) + "\n" + rb.table(result)
     return result
+
+
+def machine_line(m: dict) -> str:
+    """The bench's label: ``machine: 1 x NVIDIA H200, tensor parallel 1, MTP on, 24 GiB a GPU``."""
+    budget = f", {m['memory_gib']:g} GiB a GPU" if m.get("memory_gib") else ""
+    return (
+        f"machine: {m['gpu_count']} x {m['gpu'] or 'no GPU'}, tensor parallel "
+        f"{m['tensor_parallel_size'] or 'as set'}, MTP {'on' if m['mtp'] else 'off'}{budget}"
+    )

@@ -20,7 +20,9 @@ from gpuserve import engine, rigup  # noqa: E402
 from roles.vllm.flags import serve_args, service_env  # noqa: E402
 from tests.conftest import load_group_data  # noqa: E402
 
-H200 = [engine.Gpu(0, "NVIDIA H200", 143771)]  # nvidia-smi's memory.total in MiB
+#: the two-GPU lending machine (nvidia-smi's memory.total in MiB); ONE_H200: the one-GPU one
+H200 = [engine.Gpu(0, "NVIDIA H200", 143771), engine.Gpu(1, "NVIDIA H200", 143771)]
+ONE_H200 = H200[:1]
 
 
 @pytest.fixture
@@ -75,13 +77,17 @@ def test_as_3090_takes_the_3090s_kernel_paths_only_when_asked(model):
 
 def test_bad_overrides_are_named_all_at_once(tmp_path):
     with pytest.raises(ValueError) as err:
-        render(str(tmp_path / "none"), tensor_parallel_size=2, max_model_len=8, memory_gib=200)
+        render(str(tmp_path / "none"), ONE_H200, tensor_parallel_size=2, max_model_len=8,
+               memory_gib=200)  # fmt: skip
     text = str(err.value)
     for part in ("has no config.json", "tensor parallel size 2: this machine has 1 GPU",
                  "max model len 8", "memory budget 200 GiB: each GPU has 140.40 GiB"):  # fmt: skip
         assert part in text, text
     with pytest.raises(ValueError, match="no GPU answered"):
         render(str(tmp_path / "none"), gpus=[], memory_gib=24)
+    # the settings' own tensor parallel size (2) is checked too
+    with pytest.raises(ValueError, match="tensor parallel size 2: this machine has 1 GPU"):
+        render(str(tmp_path / "none"), ONE_H200)
 
 
 def test_gpu_rows_parse():
@@ -128,7 +134,7 @@ def test_host_libraries_import_as_on_a_rig(tmp_path):
 def _record(model: str, **kw) -> dict:
     r = render(model, **kw)
     return engine.record_of(r, 4242, {"overrides": {"model": model, **kw}, "machine": {
-        "gpus": engine.asdict_gpus(H200)}})  # fmt: skip
+        "gpus": engine.asdict_gpus(ONE_H200)}})  # fmt: skip
 
 
 def test_the_record_leaves_out_secret_values(model):
@@ -210,7 +216,7 @@ def test_interconnect_is_rigup_nvlinks_verdict(tmp_path, monkeypatch, model, nvl
         interconnect_env=tuple(link["env"].items()),
         interconnect_args=tuple(link["args"]),
     )
-    r = engine.render(rigup.settings(), o, [*H200, engine.Gpu(1, "NVIDIA H200", 143771)], "/h", {})
+    r = engine.render(rigup.settings(), o, H200, "/h", {})
     assert {k: r.env[k] for k in env} == env
     assert r.argv[len(r.argv) - len(args) :] == args
     assert r.argv[3 : len(r.argv) - len(args)] == serve_args(rigup.settings(), model)

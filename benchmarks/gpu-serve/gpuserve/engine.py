@@ -108,12 +108,10 @@ def render(
     if not (Path(o.model) / "config.json").is_file():
         problems.append(f"model: {o.model} has no config.json")
     if o.tensor_parallel_size is not None:
-        if o.tensor_parallel_size < 1 or (gpus and o.tensor_parallel_size > len(gpus)):
-            problems.append(
-                f"tensor parallel size {o.tensor_parallel_size}: this machine has "
-                f"{len(gpus)} GPU(s)"
-            )
         data["vllm_tensor_parallel_size"] = o.tensor_parallel_size
+    tp = data["vllm_tensor_parallel_size"]
+    if tp < 1 or (gpus and tp > len(gpus)):
+        problems.append(f"tensor parallel size {tp}: this machine has {len(gpus)} GPU(s)")
     if o.max_model_len is not None:
         if o.max_model_len < 16:
             problems.append(f"max model len {o.max_model_len}: fewer than 16 tokens")

@@ -72,6 +72,34 @@ class Shape:
     def vision_sizes(self) -> dict[str, int]:
         return dict(self.vision)
 
+    @classmethod
+    def from_config(cls, config: dict) -> Shape:
+        """The shape a Qwen3.5/3.6 config.json states (its ``text_config``; AutoRound's
+        ``group_size``, 128 when unquantized). Raises KeyError naming a missing field."""
+        t = config.get("text_config") or config
+        q = config.get("quantization_config") or {}
+        layers, interval = t["num_hidden_layers"], t["full_attention_interval"]
+        return cls(
+            name=config.get("model_type") or "config.json",
+            vocab=t["vocab_size"],
+            hidden=t["hidden_size"],
+            intermediate=t["intermediate_size"],
+            num_layers=layers,
+            full_attention_interval=interval,
+            heads=t["num_attention_heads"],
+            kv_heads=t["num_key_value_heads"],
+            head_dim=t["head_dim"],
+            partial_rotary=t.get("partial_rotary_factor", 0.25),
+            mrope_section=tuple((t.get("rope_parameters") or {}).get("mrope_section") or ()),
+            lin_k_heads=t["linear_num_key_heads"],
+            lin_v_heads=t["linear_num_value_heads"],
+            lin_k_dim=t["linear_key_head_dim"],
+            lin_v_dim=t["linear_value_head_dim"],
+            conv_k=t["linear_conv_kernel_dim"],
+            mtp_layers=t.get("mtp_num_hidden_layers", 0),
+            group=q.get("group_size") or 128,
+        )
+
 
 #: Qwen3.6-27B's text shape: Qwen3.5-27B's published config.json, which Qwen3.6-27B shares
 #: (lab/checkpoint.py writes the same values and says what is NOT VERIFIED about them).

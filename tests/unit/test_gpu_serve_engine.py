@@ -4,6 +4,7 @@ NVLink-multicast variables always, bad overrides named all at once."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -230,3 +231,45 @@ def test_the_bench_is_labelled_with_the_machine():
     assert steps.machine_line(m) == (
         "machine: 1 x NVIDIA H200, tensor parallel 1, MTP off, 24 GiB a GPU"
     )
+
+
+def test_kv_prediction_beside_vllms_figures(tmp_path):
+    """Every run's summary puts roles/vllm/kv_budget.py's figures beside vLLM's: here the H200
+    tiny run (its 4-layer, one-key-head checkpoint) and issue 23's refusal of 262144 tokens."""
+    from gpuserve import steps
+
+    from lab.checkpoint import config_json as real_config
+    from lab.tiny.shape import TINY, config_json
+    from lab.tiny.tokenizer import build_tokenizer
+    from roles.common.diagnosis.engine_start import engine_start_facts
+
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    shape = dataclasses.replace(TINY, lin_k_heads=1, num_layers=4)
+    (tiny / "config.json").write_text(
+        json.dumps(config_json(build_tokenizer(), "hybrid-int4", shape))
+    )
+    log = FIX / "vllm-cuda" / "serve-tiny-int4-cudagraphs.log"
+    facts = engine_start_facts(log.read_text()).as_dict()
+    p = steps.kv_prediction(_record(str(tiny), tensor_parallel_size=1, max_model_len=4096), facts)
+    assert p["block_size"] == p["block_size_vllm"] == 288
+    assert p["pool_tokens"] == pytest.approx(p["pool_tokens_vllm"], rel=3e-4)
+
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "config.json").write_text(json.dumps(real_config()))
+    refusal = engine_start_facts(
+        "max seq len (262144), (9.13 GiB KV cache is needed, which is larger than the available "
+        "KV cache memory (2.57 GiB). Based on the available memory, the estimated maximum model "
+        "length is 59200. Try"
+    ).as_dict()
+    p = steps.kv_prediction(
+        _record(str(full), tensor_parallel_size=1, max_model_len=262144), refusal
+    )
+    assert p["needed_gib"] == p["needed_gib_vllm"] == 9.13
+    assert p["estimated_max_model_len"] == p["estimated_max_model_len_vllm"] == 59200
+    dense = tmp_path / "dense"
+    dense.mkdir()
+    (dense / "config.json").write_text(json.dumps(config_json(build_tokenizer(), "dense")))
+    got = steps.kv_prediction(_record(str(dense), tensor_parallel_size=1), facts)
+    assert got["error"].startswith("KeyError")  # no gated delta net: no hybrid layout

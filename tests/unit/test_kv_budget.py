@@ -91,3 +91,11 @@ def test_bf16_kv_doubles_the_attention_page():
         layout(kv_cache_dtype="nvfp4")
     with pytest.raises(ValueError, match="do not split over 3 GPUs"):
         layout(tensor_parallel_size=3)
+
+
+def test_shape_from_the_real_config_is_the_27b_shape():
+    from lab.checkpoint import config_json
+    from roles.common.model_shape import QWEN36_27B, Shape
+
+    got = Shape.from_config(config_json())
+    assert dataclasses.replace(got, name=QWEN36_27B.name) == QWEN36_27B

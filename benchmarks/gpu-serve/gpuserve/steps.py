@@ -60,6 +60,7 @@ def summary(run: Path, healthy: bool, waited: float, why: str, checks: list[dict
         (run / "engine.log").read_text(encoding="utf-8", errors="replace")
     )
     out = {
+        "kv_prediction": kv_prediction(record, facts.as_dict()),
         "run": str(run),
         "healthy": healthy,
         "waited_s": waited,
@@ -73,6 +74,45 @@ def summary(run: Path, healthy: bool, waited: float, why: str, checks: list[dict
         "checks_passed": None if checks is None else all(c["ok"] for c in checks),
     }
     (run / "summary.json").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    return out
+
+
+def kv_prediction(record: dict, facts: dict) -> dict:
+    """roles/vllm/kv_budget.py's figures for this engine beside what vLLM logged: the block
+    size, the KV pool for the KV memory vLLM found, the memory ``max_model_len`` needs, and the
+    estimated maximum model length (``{"error"}`` for a checkpoint it cannot read)."""
+    kv_budget = pure("roles.vllm.kv_budget")
+    shape_of = pure("roles.common.model_shape").Shape.from_config
+    args = record["argv"][3:]
+
+    def flag(name: str, default: str) -> str:
+        return args[args.index(name) + 1] if name in args else default
+
+    try:
+        config = json.loads(Path(record["overrides"]["model"], "config.json").read_text())
+        spec = record.get("speculative_config") or {}
+        kv = kv_budget.layout(
+            shape_of(config),
+            flag("--kv-cache-dtype", "auto"),
+            int(flag("--tensor-parallel-size", "1")),
+            spec.get("num_speculative_tokens", 0) if spec.get("method") == "mtp" else 0,
+            int(flag("--block-size", "16")),
+        )
+    except (OSError, KeyError, ValueError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    length = record["max_model_len"]
+    out = {
+        "block_size": kv.block_size,
+        "block_size_vllm": facts.get("block_size"),
+        "needed_gib": round(kv.needed_bytes(length) / kv_budget.GIB, 2),
+        "needed_gib_vllm": facts.get("kv_needed_gib"),
+    }
+    available = facts.get("available_kv_gib") or facts.get("kv_available_gib")
+    if available:
+        out["estimated_max_model_len"] = kv.estimated_max_model_len(available * kv_budget.GIB)
+        out["estimated_max_model_len_vllm"] = facts.get("estimated_max_model_len")
+        out["pool_tokens"] = kv.pool_tokens(available * kv_budget.GIB, length)
+        out["pool_tokens_vllm"] = facts.get("kv_pool_tokens")
     return out
 
 

@@ -58,6 +58,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from tokenizers import Tokenizer
+
 from lab.tiny.shape import (
     SHAPES,
     TINY,
@@ -80,12 +82,15 @@ def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def plan_weights(variant: str = "hybrid", shape: Shape = TINY, seed: int = 0) -> Weights:
+def plan_weights(
+    variant: str = "hybrid", shape: Shape = TINY, seed: int = 0, tok: Tokenizer | None = None
+) -> Weights:
     """Every tensor of ``variant`` at ``shape``, planned (values drawn when written): scripted
-    at the tiny shape, random at any other. Raises ValueError for an unknown variant."""
+    at the tiny shape, random at any other. ``tok``: the checkpoint's tokenizer (built when
+    None). Raises ValueError for an unknown variant."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
-    tok = build_tokenizer()
+    tok = tok or build_tokenizer()
     w = Weights(seed, variant, script_chain(tok), shape, random=shape is not TINY)
     if variant == "dense":
         w.build_dense()
@@ -103,10 +108,10 @@ def build_checkpoint(
 ) -> Path:
     """Write the checkpoint (config, tokenizer, safetensors shards + index) into ``dest``
     (created if missing) and return ``dest``. Raises ValueError for an unknown variant."""
-    w = plan_weights(variant, shape, seed)
+    tok = build_tokenizer()
+    w = plan_weights(variant, shape, seed, tok)
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    tok = build_tokenizer()
     tok.save(str(dest / "tokenizer.json"))
     _write_json(dest / "tokenizer_config.json", tokenizer_config(tok))
     _write_json(dest / "config.json", config_json(tok, variant, shape))

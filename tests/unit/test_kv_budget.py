@@ -22,6 +22,8 @@ def test_block_sizes_are_the_ones_vllm_raised_to():
     3090's budget on the H200 (issue 23)."""
     assert layout(speculative_tokens=0).block_size == 1568
     assert layout(speculative_tokens=3).block_size == 1600
+    # docs/serving.md: 784 with the BF16 KV cache (vLLM code, platforms/interface.py)
+    assert layout(kv_cache_dtype="auto").block_size == 784
 
 
 def test_tiny_block_sizes_match_the_h200_logs():

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -273,3 +274,19 @@ def test_kv_prediction_beside_vllms_figures(tmp_path):
     (dense / "config.json").write_text(json.dumps(config_json(build_tokenizer(), "dense")))
     got = steps.kv_prediction(_record(str(dense), tensor_parallel_size=1), facts)
     assert got["error"].startswith("KeyError")  # no gated delta net: no hybrid layout
+
+
+def test_stop_ends_the_whole_process_group():
+    """The engine runs in its own session (API server, engine core, workers): stop waits until
+    none is left, and kills what ignores SIGTERM."""
+    import subprocess as sp
+
+    polite = sp.Popen(["sh", "-c", "sleep 300 & sleep 300"], start_new_session=True)
+    assert engine.group_alive(polite.pid)
+    assert engine.stop({"pid": polite.pid}, grace_s=10) == "stopped (SIGTERM)"
+    assert not engine.group_alive(polite.pid)
+    stubborn = sp.Popen(["sh", "-c", "trap '' TERM; sleep 300"], start_new_session=True)
+    time.sleep(0.3)  # the trap is set
+    assert engine.stop({"pid": stubborn.pid}, grace_s=1) == "killed (SIGKILL after 1 s)"
+    assert not engine.group_alive(stubborn.pid)
+    assert engine.stop({"pid": stubborn.pid}) == "not running"

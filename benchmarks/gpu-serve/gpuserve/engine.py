@@ -241,10 +241,24 @@ def wait_healthy(record: dict, timeout_s: float, poll_s: float = 5.0) -> tuple[b
         time.sleep(poll_s)
 
 
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the engine's process group (its session: the API server, the
+    engine core, the workers) is left; a zombie leader of this process is reaped first."""
+    alive(pgid)
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def stop(record: dict, grace_s: float = 60) -> str:
-    """SIGTERM the engine's process group, SIGKILL it after ``grace_s``: how it ended."""
+    """SIGTERM the engine's process group and wait until every process of it is gone (the
+    GPU memory with them), SIGKILL after ``grace_s``: how it ended."""
     pid = record["pid"]
-    if not alive(pid):
+    if not group_alive(pid):
         return "not running"
     try:
         os.killpg(pid, signal.SIGTERM)
@@ -252,13 +266,15 @@ def stop(record: dict, grace_s: float = 60) -> str:
         return "not running"
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not alive(pid):
+        if not group_alive(pid):
             return "stopped (SIGTERM)"
         time.sleep(1)
     try:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         return "stopped (SIGTERM)"
+    while group_alive(pid) and time.monotonic() < deadline + 30:
+        time.sleep(1)
     return f"killed (SIGKILL after {grace_s:g} s)"
 
 

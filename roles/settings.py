@@ -35,6 +35,7 @@ from roles.modes import settings as modes_settings
 from roles.modes.budget import budget_problems
 from roles.nvidia import settings as nvidia_settings
 from roles.vllm import settings as vllm_settings
+from roles.vllm.kv_budget import kv_fit_problems
 from roles.vllm.settings import KV_CACHE_MIN_COMPUTE_CAPABILITY
 from roles.voxcpm import settings as voxcpm_settings
 
@@ -187,6 +188,7 @@ ACROSS: tuple[RuleOver, ...] = (
     comfyui_base_dir_apart,
     gpu_capability,
     budget_problems,
+    kv_fit_problems,
 )
 
 

@@ -37,52 +37,95 @@ Any other prompt ending gives pseudo-random tokens (fine for benchmarks with ign
 Only the standard library, numpy and tokenizers are needed (safetensors files are written
 directly, BF16 included: numpy has no bfloat16, safetensors.numpy cannot write it).
 
-usage: python -m lab.tiny DEST [--variant hybrid|hybrid-int4|dense] [--seed N]
+Sizes (``--shape``, lab/tiny/shape.py): ``tiny`` (the lab's; scripted values as above) or
+``qwen3.6-27b`` (the real model's text shape: hidden 5120, 64 layers, gated delta net 16 key /
+48 value heads x 128, intermediate 17408, vocab 248320, MTP head; random values, about 18.6 GB
+for hybrid-int4, written shard by shard: the GPU serving check, benchmarks/gpu-serve). The
+layout code is the same at both sizes; only where the values come from differs.
+
+Only the standard library, numpy and tokenizers are needed (safetensors files are written
+directly, BF16 included: numpy has no bfloat16, safetensors.numpy cannot write it).
+
+usage: python -m lab.tiny DEST [--variant hybrid|hybrid-int4|dense] [--shape tiny|qwen3.6-27b]
+                               [--seed N] [--max-shard-gib G]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from lab.tiny.shape import LM, VARIANTS, config_json, generation_config, preprocessor_config
+from tokenizers import Tokenizer
+
+from lab.tiny.shape import (
+    SHAPES,
+    TINY,
+    VARIANTS,
+    Shape,
+    config_json,
+    generation_config,
+    preprocessor_config,
+)
 from lab.tiny.tokenizer import build_tokenizer, script_chain, tokenizer_config
-from lab.tiny.weights import Weights, save_safetensors
+from lab.tiny.weights import Weights, save_safetensors, shard_plan
+
+#: shard size limit of the written checkpoint (Hugging Face's save_pretrained splits at 5 GB;
+#: 1 GiB keeps each shard's random draw short and gives the full-size shape ~18 shards, like
+#: the published INT4 checkpoints)
+MAX_SHARD_BYTES = 1 << 30
 
 
 def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def build_checkpoint(dest: Path, variant: str = "hybrid", seed: int = 0) -> Path:
+def plan_weights(
+    variant: str = "hybrid", shape: Shape = TINY, seed: int = 0, tok: Tokenizer | None = None
+) -> Weights:
+    """Every tensor of ``variant`` at ``shape``, planned (values drawn when written): scripted
+    at the tiny shape, random at any other. ``tok``: the checkpoint's tokenizer (built when
+    None). Raises ValueError for an unknown variant."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    tok = build_tokenizer()
-    tok.save(str(dest / "tokenizer.json"))
-    _write_json(dest / "tokenizer_config.json", tokenizer_config(tok))
-    _write_json(dest / "config.json", config_json(tok, variant))
-    _write_json(dest / "generation_config.json", generation_config(tok))
-    if variant != "dense":
-        _write_json(dest / "preprocessor_config.json", preprocessor_config())
-
-    w = Weights(seed, variant, script_chain(tok))
+    tok = tok or build_tokenizer()
+    w = Weights(seed, variant, script_chain(tok), shape, random=shape is not TINY)
     if variant == "dense":
         w.build_dense()
     else:
         w.build_hybrid(quantize=variant == "hybrid-int4")
-    # two shards + index, like the real checkpoint
-    names = sorted(w.t)
-    first = {n: w.t[n] for n in names if n.startswith(f"{LM}.layers.0.") or "embed_tokens" in n}
-    second = {n: w.t[n] for n in names if n not in first}
-    weight_map, total = {}, 0
-    for fn, part in (("model-00001-of-00002.safetensors", first),
-                     ("model-00002-of-00002.safetensors", second)):  # fmt: skip
-        total += save_safetensors(part, dest / fn)
-        weight_map.update({n: fn for n in part})
+    return w
+
+
+def build_checkpoint(
+    dest: Path,
+    variant: str = "hybrid",
+    seed: int = 0,
+    shape: Shape = TINY,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
+) -> Path:
+    """Write the checkpoint (config, tokenizer, safetensors shards + index) into ``dest``
+    (created if missing) and return ``dest``. Raises ValueError for an unknown variant."""
+    tok = build_tokenizer()
+    w = plan_weights(variant, shape, seed, tok)
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    tok.save(str(dest / "tokenizer.json"))
+    _write_json(dest / "tokenizer_config.json", tokenizer_config(tok))
+    _write_json(dest / "config.json", config_json(tok, variant, shape))
+    _write_json(dest / "generation_config.json", generation_config(tok))
+    if variant != "dense":
+        _write_json(dest / "preprocessor_config.json", preprocessor_config(shape))
+    shards = shard_plan(w.t, max_shard_bytes)
+    files = {f"model-{k:05d}-of-{len(shards):05d}.safetensors": part
+             for k, part in enumerate(shards, 1)}  # fmt: skip
+    # numpy's draws and the writes release the GIL: shards are written by parallel threads
+    with ThreadPoolExecutor(max_workers=min(len(files), os.cpu_count() or 1)) as pool:
+        sizes = pool.map(lambda item: save_safetensors(item[1], dest / item[0]), files.items())
+        total = sum(sizes)
+    weight_map = {n: fn for fn, part in files.items() for n in part}
     _write_json(dest / "model.safetensors.index.json",
                 {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))})  # fmt: skip
     return dest
@@ -92,11 +135,17 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dest", type=Path)
     ap.add_argument("--variant", choices=VARIANTS, default="hybrid")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default=TINY.name)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-shard-gib", type=float, default=MAX_SHARD_BYTES / (1 << 30))
     args = ap.parse_args(argv)
-    print(build_checkpoint(args.dest, args.variant, args.seed))
+    print(
+        build_checkpoint(
+            args.dest,
+            args.variant,
+            args.seed,
+            SHAPES[args.shape],
+            int(args.max_shard_gib * (1 << 30)),
+        )
+    )
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

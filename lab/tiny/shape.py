@@ -1,50 +1,65 @@
-"""The tiny checkpoint's sizes and its config files (config.json, generation_config.json,
-preprocessor_config.json), named as in Qwen3.6-27B's (vllm/transformers_utils/configs/qwen3_5.py
-of vLLM 0.22.1)."""
+"""A Qwen3.6-shaped checkpoint's sizes (:class:`Shape`: the lab's tiny one, the real 27B's text
+shape) and its config files (config.json, generation_config.json, preprocessor_config.json),
+named as in Qwen3.6-27B's (vllm/transformers_utils/configs/qwen3_5.py of vLLM 0.22.1)."""
 
 from __future__ import annotations
 
 from tokenizers import Tokenizer
 
-VARIANTS = ("hybrid", "hybrid-int4", "dense")
+from roles.common.model_shape import QWEN36_27B, Shape
 
-# ---- tiny sizes (all divisible as vLLM / the CPU kernels need) --------------------------------
-VOCAB = 1024  # config vocab_size (embedding rows); the tokenizer uses fewer ids
-HIDDEN = 128
-INTERMEDIATE = 256
-NUM_LAYERS = 4  # 3 x linear_attention + 1 x full_attention (full_attention_interval 4)
-FULL_ATTENTION_INTERVAL = 4
-HEADS, KV_HEADS, HEAD_DIM = 4, 2, 64  # CPU attention head sizes: 32, 64, 80, ... (cpu_attn.py)
-PARTIAL_ROTARY = 0.25  # rotary_dim 16 -> 8 frequency pairs
-MROPE_SECTION = [3, 3, 2]  # sums to rotary_dim/2 (the 27B: [11, 11, 10] for rotary_dim 64)
-# value dim 4 x 64 = 256: split over 2 tensor-parallel ranks each keeps 128 input features of the
-# INT4 out_proj, one AutoRound group (a rank with less than a group kills the CPU worker)
-LIN_K_HEADS, LIN_V_HEADS, LIN_K_DIM, LIN_V_DIM, CONV_K = 2, 4, 32, 64, 4
-MTP_LAYERS = 1
-GROUP = 128  # AutoRound group size; every quantized in_features is a multiple of it
-VISION = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=16,
-              temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64)  # fmt: skip
-LAYER_TYPES = [
-    "full_attention" if (i + 1) % FULL_ATTENTION_INTERVAL == 0 else "linear_attention"
-    for i in range(NUM_LAYERS)
-]
-KEY_DIM, VALUE_DIM = LIN_K_HEADS * LIN_K_DIM, LIN_V_HEADS * LIN_V_DIM
-CONV_DIM = 2 * KEY_DIM + VALUE_DIM
+VARIANTS = ("hybrid", "hybrid-int4", "dense")
 
 LM = "model.language_model"
 VISUAL = "model.visual"
 
 
-def text_config(tok: Tokenizer) -> dict:
+#: The lab's tiny model: every size divisible as vLLM and the CPU kernels need.
+TINY = Shape(
+    name="tiny",
+    vocab=1024,  # the tokenizer uses fewer ids
+    hidden=128,
+    intermediate=256,
+    # 8 layers, full attention at 3 and 7 (Qwen3.6's every 4th): each stage of a 2-stage pipeline
+    # split keeps a full-attention layer (a 4-layer model fails vLLM's page-size check under
+    # pipeline parallel 2, upstream vllm#51752)
+    num_layers=8,
+    full_attention_interval=4,
+    heads=4,
+    kv_heads=2,
+    head_dim=64,  # CPU attention head sizes: 32, 64, 80, ... (cpu_attn.py)
+    partial_rotary=0.25,  # rotary_dim 16 -> 8 frequency pairs
+    mrope_section=(3, 3, 2),  # sums to rotary_dim/2 (the 27B: [11, 11, 10] for rotary_dim 64)
+    # key head dim == value head dim: the CUDA build's fused GDN prefill kernel
+    # (fla/ops/fused_gdn_prefill_post_conv.py) fails to compile for K 32 / V 64
+    # (tests/fixtures/vllm-cuda/fail-gdn-prefill-k32-v64.log); the 27B has 128 = 128.
+    # value dim 4 x 64 = 256: split over 2 tensor-parallel ranks each keeps 128 input features of
+    # the INT4 out_proj, one AutoRound group (a rank with less than a group kills the CPU worker);
+    # 2 key heads so tensor parallel 2 splits them too
+    lin_k_heads=2,
+    lin_v_heads=4,
+    lin_k_dim=64,
+    lin_v_dim=64,
+    conv_k=4,
+    mtp_layers=1,
+    group=128,  # every quantized in_features is a multiple of it
+)
+
+SHAPES = {s.name: s for s in (TINY, QWEN36_27B)}
+
+
+def text_config(tok: Tokenizer, shape: Shape = TINY) -> dict:
+    """Qwen3_5TextConfig of ``shape``, with the tokenizer's end-of-text id."""
+    s = shape
     return {
         "model_type": "qwen3_5_text",
-        "vocab_size": VOCAB,
-        "hidden_size": HIDDEN,
-        "intermediate_size": INTERMEDIATE,
-        "num_hidden_layers": NUM_LAYERS,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS,
-        "head_dim": HEAD_DIM,
+        "vocab_size": s.vocab,
+        "hidden_size": s.hidden,
+        "intermediate_size": s.intermediate,
+        "num_hidden_layers": s.num_layers,
+        "num_attention_heads": s.heads,
+        "num_key_value_heads": s.kv_heads,
+        "head_dim": s.head_dim,
         "hidden_act": "silu",
         "max_position_embeddings": 262144,
         "initializer_range": 0.02,
@@ -54,24 +69,24 @@ def text_config(tok: Tokenizer) -> dict:
         "attention_bias": False,
         "attention_dropout": 0.0,
         "attn_output_gate": True,
-        "full_attention_interval": FULL_ATTENTION_INTERVAL,
-        "layer_types": LAYER_TYPES,
-        "linear_conv_kernel_dim": CONV_K,
-        "linear_key_head_dim": LIN_K_DIM,
-        "linear_value_head_dim": LIN_V_DIM,
-        "linear_num_key_heads": LIN_K_HEADS,
-        "linear_num_value_heads": LIN_V_HEADS,
+        "full_attention_interval": s.full_attention_interval,
+        "layer_types": s.layer_types,
+        "linear_conv_kernel_dim": s.conv_k,
+        "linear_key_head_dim": s.lin_k_dim,
+        "linear_value_head_dim": s.lin_v_dim,
+        "linear_num_key_heads": s.lin_k_heads,
+        "linear_num_value_heads": s.lin_v_heads,
         "mamba_ssm_dtype": "float32",
-        "mtp_num_hidden_layers": MTP_LAYERS,
+        "mtp_num_hidden_layers": s.mtp_layers,
         "mtp_use_dedicated_embeddings": False,
         "mlp_only_layers": [],
-        "partial_rotary_factor": PARTIAL_ROTARY,
+        "partial_rotary_factor": s.partial_rotary,
         "rope_parameters": {
             "rope_type": "default",
             "rope_theta": 10000000,
-            "partial_rotary_factor": PARTIAL_ROTARY,
+            "partial_rotary_factor": s.partial_rotary,
             "mrope_interleaved": True,
-            "mrope_section": MROPE_SECTION,
+            "mrope_section": list(s.mrope_section),
         },
         "dtype": "bfloat16",
         "bos_token_id": None,
@@ -80,9 +95,11 @@ def text_config(tok: Tokenizer) -> dict:
     }
 
 
-def quantization_config() -> dict:
+def quantization_config(shape: Shape = TINY) -> dict:
+    """AutoRound's quantization_config (auto_round:auto_gptq, W4 g128 symmetric): the decoder
+    blocks quantized, every gated-delta-net in_proj_a / in_proj_b kept at 16 bit."""
     extra = {}
-    for i, kind in enumerate(LAYER_TYPES):
+    for i, kind in enumerate(shape.layer_types):
         if kind == "linear_attention":
             for name in ("in_proj_a", "in_proj_b"):
                 extra[f"{LM}.layers.{i}.linear_attn.{name}"] = {"bits": 16, "data_type": "float"}
@@ -90,7 +107,7 @@ def quantization_config() -> dict:
         "quant_method": "auto-round",
         "packing_format": "auto_round:auto_gptq",
         "bits": 4,
-        "group_size": GROUP,
+        "group_size": shape.group,
         "sym": True,
         "data_type": "int",
         "iters": 200,
@@ -100,19 +117,21 @@ def quantization_config() -> dict:
     }
 
 
-def config_json(tok: Tokenizer, variant: str) -> dict:
+def config_json(tok: Tokenizer, variant: str, shape: Shape = TINY) -> dict:
+    """config.json of ``variant`` (VARIANTS) at ``shape``."""
+    s = shape
     tid = tok.token_to_id
     if variant == "dense":
         return {
             "architectures": ["Qwen3ForCausalLM"],
             "model_type": "qwen3",
-            "vocab_size": VOCAB,
-            "hidden_size": HIDDEN,
-            "intermediate_size": INTERMEDIATE,
-            "num_hidden_layers": NUM_LAYERS,
-            "num_attention_heads": HEADS,
-            "num_key_value_heads": KV_HEADS,
-            "head_dim": HEAD_DIM,
+            "vocab_size": s.vocab,
+            "hidden_size": s.hidden,
+            "intermediate_size": s.intermediate,
+            "num_hidden_layers": s.num_layers,
+            "num_attention_heads": s.heads,
+            "num_key_value_heads": s.kv_heads,
+            "head_dim": s.head_dim,
             "hidden_act": "silu",
             "max_position_embeddings": 262144,
             "rms_norm_eps": 1e-06,
@@ -123,11 +142,11 @@ def config_json(tok: Tokenizer, variant: str) -> dict:
             "bos_token_id": tid("<|endoftext|>"),
             "eos_token_id": tid("<|im_end|>"),
         }
-    v = VISION
+    v = s.vision_sizes
     cfg = {
         "architectures": ["Qwen3_5ForConditionalGeneration"],
         "model_type": "qwen3_5",
-        "text_config": text_config(tok),
+        "text_config": text_config(tok, s),
         "vision_config": {
             "model_type": "qwen3_5",
             "depth": v["depth"],
@@ -139,7 +158,7 @@ def config_json(tok: Tokenizer, variant: str) -> dict:
             "patch_size": v["patch_size"],
             "spatial_merge_size": v["spatial_merge_size"],
             "temporal_patch_size": v["temporal_patch_size"],
-            "out_hidden_size": HIDDEN,
+            "out_hidden_size": s.hidden,
             "num_position_embeddings": v["num_position_embeddings"],
             "deepstack_visual_indexes": [],
             "initializer_range": 0.02,
@@ -153,7 +172,7 @@ def config_json(tok: Tokenizer, variant: str) -> dict:
         "transformers_version": "5.6.0",
     }
     if variant == "hybrid-int4":
-        cfg["quantization_config"] = quantization_config()
+        cfg["quantization_config"] = quantization_config(s)
     return cfg
 
 
@@ -170,7 +189,8 @@ def generation_config(tok: Tokenizer) -> dict:
     }
 
 
-def preprocessor_config() -> dict:
+def preprocessor_config(shape: Shape = TINY) -> dict:
+    v = shape.vision_sizes
     return {
         "image_processor_type": "Qwen2VLImageProcessorFast",
         "processor_class": "Qwen3VLProcessor",
@@ -179,8 +199,8 @@ def preprocessor_config() -> dict:
         "rescale_factor": 0.00392156862745098,
         "image_mean": [0.5, 0.5, 0.5],
         "image_std": [0.5, 0.5, 0.5],
-        "patch_size": VISION["patch_size"],
-        "temporal_patch_size": VISION["temporal_patch_size"],
-        "merge_size": VISION["spatial_merge_size"],
+        "patch_size": v["patch_size"],
+        "temporal_patch_size": v["temporal_patch_size"],
+        "merge_size": v["spatial_merge_size"],
         "size": {"shortest_edge": 65536, "longest_edge": 16777216},
     }

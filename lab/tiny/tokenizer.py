@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from lab.tiny.shape import VOCAB
+from lab.tiny.shape import TINY
 
 # Qwen special tokens (same strings as the real tokenizer; ids are small here).
 SPECIAL = [
@@ -128,7 +128,7 @@ def build_tokenizer() -> Tokenizer:
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAGS])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in SCRIPT_PIECES])
-    assert tok.get_vocab_size() <= VOCAB, tok.get_vocab_size()
+    assert tok.get_vocab_size() <= TINY.vocab, tok.get_vocab_size()
     return tok
 
 

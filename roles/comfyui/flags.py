@@ -12,7 +12,7 @@ from typing import Any
 
 from roles.comfyui.paths import ComfyuiPaths
 from roles.comfyui.settings import ComfyuiSettings
-from roles.common.service import exec_line
+from roles.common.command_line import exec_line
 from roles.common.urls import local_probe_url
 
 

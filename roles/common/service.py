@@ -42,23 +42,6 @@ UNIT_DIR = "/etc/systemd/system"
 JINJA = {"trim_blocks": True, "lstrip_blocks": True}
 
 
-def systemd_quote(arg: str) -> str:
-    """Quote one argument for a systemd ``ExecStart=`` line (systemd.service(5), "Command lines").
-
-    Double-quoted, with backslash and double quote escaped, ``%`` doubled (specifier) and ``$``
-    doubled (variable expansion), so the service receives exactly ``arg``.
-    """
-    if arg and all(c.isalnum() or c in "-_./:=,+@" for c in arg):
-        return arg
-    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
-    return f'"{escaped}"'
-
-
-def exec_line(words: list[str]) -> str:
-    """An ``ExecStart=`` value from argv words, each :func:`systemd_quote`-d."""
-    return " ".join(systemd_quote(w) for w in words)
-
-
 def api_key_or_refuse(
     component: str, host_key: str, bind: str, key_env: str, key: str | None, key_file: str
 ) -> str | None:

@@ -34,25 +34,12 @@ from roles.common.libraries import host_library
 from roles.common.operations import check_passes, fingerprint
 from roles.common.paths import Layout
 from roles.doctor.config import arm_files, doctor_config
-from roles.doctor.paths import COMMANDS, FILES, LINK_DIR, DoctorPaths
+from roles.doctor.paths import COMMANDS, FILES, LIBRARIES, LINK_DIR, DoctorPaths
 from roles.doctor.settings import arm_problems
 from roles.model import PlacedModel
 from roles.vllm import LOCKS
 from roles.vllm.cpu import parse_cpu_list
 from roles.vllm.paths import VllmPaths
-
-ROLES = Path(__file__).resolve().parents[1]
-#: the host libraries the commands import: name on the host -> source (a module, or a package
-#: directory)
-LIBRARIES = {
-    "rigup_diagnosis": ROLES / "common" / "diagnosis",
-    "rigup_units": ROLES / "common" / "units.py",
-    "rigup_nvidia": ROLES / "nvidia" / "parsers",
-    "rigup_metrics": ROLES / "doctor" / "metrics.py",
-    "rigup_doctor": ROLES / "doctor" / "checks",
-    "rigup_bench": ROLES / "doctor" / "bench",
-    "rigup_report": ROLES / "doctor" / "report.py",
-}
 
 
 def model_record(llm: PlacedModel) -> dict[str, str]:

@@ -23,9 +23,10 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files
 
+from roles.common.command_line import exec_line
 from roles.common.facts import AllowedCpus, VenvDistributions
 from roles.common.operations import fingerprint
-from roles.common.service import GpuService, ServiceSpec, api_key_or_refuse, exec_line
+from roles.common.service import GpuService, ServiceSpec, api_key_or_refuse
 from roles.model import PLACEMENT_RECORD, PlacedModel
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import service_mode

@@ -2,7 +2,8 @@
 
 Everything here is a function of the settings mapping (``host.data`` or a dict), so the unit tests
 check it directly, and the deploy ships the very same argument list to the host, where vLLM's
-own parser checks it (files/vllm/check_args.py).
+own parser checks it (files/vllm/check_args.py). Pure: no pyinfra import (benchmarks/gpu-serve
+renders the same arguments on a GPU machine without it).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from roles.common.service import exec_line
+from roles.common.command_line import exec_line
 from roles.common.setting import render
 from roles.common.urls import local_probe_url
 from roles.vllm.settings import SETTINGS, VllmSettings

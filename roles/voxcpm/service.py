@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from roles.common.service import exec_line
+from roles.common.command_line import exec_line
 from roles.common.urls import local_probe_url
 from roles.voxcpm.paths import VoxcpmPaths
 from roles.voxcpm.settings import VoxcpmSettings

@@ -43,7 +43,7 @@ def test_mode_switch_with_real_systemd_and_vllm_serving(media):
     """rigup-mode switches the conflicting targets for real: the old mode's services stop first,
     the new mode's enabled services start and answer their readiness check. In the LLM mode
     vllm.service (the CPU build) serves: `rigup-mode llm` returns once /health answers, and the
-    OpenAI API answers (testinfra, test_vllm_serving.py, through the SDK)."""
+    OpenAI API answers (testinfra, test_vllm_serving.py, roles/vllm/api_checks.py)."""
     lab = media
     assert active(lab, "rigup-media.target") == "active"
     assert active(lab, "vllm.service") == "inactive", "vLLM must not run in the media mode"

@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 
-from roles.common.service import systemd_quote
+from roles.common.command_line import systemd_quote
 from roles.model import placed_path
 from roles.vllm.flags import exec_start, health_url, serve_args, service_env
 from roles.vllm.paths import VllmPaths

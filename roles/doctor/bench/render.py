@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import roofline
 from .gpus import gpu_line
 
 
@@ -59,6 +60,9 @@ def table(record: dict, markdown: bool = True) -> str:
             )
         else:
             lines.append("\nspeculative decoding: no drafts (off, or not in this engine)")
+        roof = arm.get("roofline")
+        if roof:
+            lines.append(roof.get("error") or roofline.line(roof))
         lines.append(f"GPUs before: {gpu_line(arm['gpus_before'])}")
         lines.append(f"GPUs after:  {gpu_line(arm['gpus_after'])}")
         if arm.get("heat"):

@@ -16,6 +16,7 @@ except ImportError:  # on the controller
     from roles.common import units
     from roles.doctor import checks as doctor
 
+from . import roofline
 from .arms import Signals, apply_arm, restore, service_snapshot
 from .core import Host, Interrupted, Refused
 from .gpus import heat_note, read_gpus
@@ -85,6 +86,7 @@ def run_arm(cfg: dict, host: Host, name: str, rows: list[dict], scale: float) ->
         )
     gpus_after = read_gpus(cfg, host)
     return {
+        "roofline": arm_roofline(cfg, host, done),
         "name": name,
         "what": what,
         "warm_up_s": warm["seconds"],
@@ -94,6 +96,32 @@ def run_arm(cfg: dict, host: Host, name: str, rows: list[dict], scale: float) ->
         "gpus_after": gpus_after,
         "heat": heat_note(gpus_before, gpus_after),
     }
+
+
+def arm_roofline(cfg: dict, host: Host, rows: list[dict]) -> dict | None:
+    """The decode row against the memory-bandwidth ceiling (roofline.py) on a GPU engine:
+    the served checkpoint's config.json, the row's mean context (input + half the output), the
+    first GPU's name; None without a measured decode row or a GPU; ``{"error"}`` when the
+    config cannot be read."""
+    row = next((r for r in rows if r["figure"] == "decode" and r.get("value")), None)
+    if row is None or not cfg["gpus"]["count"]:
+        return None
+    path = os.path.join(cfg["vllm"]["model_dir"], "config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+        step = roofline.decode_step_bytes(
+            config,
+            row["input_len"] + row["output_len"] // 2,
+            cfg["vllm"].get("kv_cache_dtype") or "auto",
+            cfg["vllm"].get("tensor_parallel_size") or 1,
+        )
+    except (OSError, ValueError) as exc:
+        return {"error": f"{path}: {exc}"}
+    code, out = host.runner(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
+    names = [n.strip() for n in out.splitlines() if n.strip()] if code == 0 else []
+    mean = (row.get("acceptance") or {}).get("mean_length")
+    return roofline.roofline(step, names[0] if names else "an unnamed GPU", row["value"], mean)
 
 
 def bench(cfg: dict, p: Plan, host: Host | None = None) -> dict:

@@ -1,0 +1,103 @@
+"""roles/vllm/kv_budget.py: vLLM 0.22.1's KV-cache arithmetic for Qwen3.6, checked against what
+the engine itself printed on an H200 (issue 23; tests/fixtures/vllm-cuda), and the settings
+check that uses it (does 262144 tokens fit two 24 GiB cards?)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from lab.tiny.shape import TINY
+from roles.common.diagnosis.engine_start import engine_start_facts
+from roles.settings import validate
+from roles.vllm.kv_budget import GIB, KNOWN_MODELS, kv_fit_problems, layout
+from tests.conftest import REPO, load_group_data
+
+CUDA = REPO / "tests" / "fixtures" / "vllm-cuda"
+
+
+def test_block_sizes_are_the_ones_vllm_raised_to():
+    """ "Setting attention block size to 1568 tokens" (no MTP) and 1600 (MTP 3) for the 27B at a
+    3090's budget on the H200 (issue 23)."""
+    assert layout(speculative_tokens=0).block_size == 1568
+    assert layout(speculative_tokens=3).block_size == 1600
+    # docs/serving.md: 784 with the BF16 KV cache (vLLM code, platforms/interface.py)
+    assert layout(kv_cache_dtype="auto").block_size == 784
+
+
+def test_tiny_block_sizes_match_the_h200_logs():
+    """The tiny checkpoints' logs: 160 for key head dim 32, 288 for 64 (MTP 3, fp8_e5m2)."""
+    k32 = dataclasses.replace(TINY, lin_k_dim=32)
+    k64_one_head = dataclasses.replace(TINY, lin_k_heads=1, num_layers=4)
+    for shape, log in ((k32, "fail-gdn-prefill-k32-v64.log"),
+                       (k64_one_head, "serve-tiny-int4-cudagraphs.log")):  # fmt: skip
+        facts = engine_start_facts((CUDA / log).read_text(encoding="utf-8"))
+        assert layout(shape, speculative_tokens=3).block_size == facts.block_size
+    assert layout(TINY, speculative_tokens=3).block_size == 288
+
+
+def test_pool_tokens_match_the_h200_logs_within_the_logs_rounding():
+    """ "Available KV cache memory: 27.3 GiB" -> "GPU KV cache size: 35,407,070 tokens" at 4096
+    (the log rounds the GiB to 0.01, which moves the figure by up to ~0.02 %)."""
+    shape = dataclasses.replace(TINY, lin_k_heads=1, num_layers=4)  # the tiny of those runs
+    kv = layout(shape, speculative_tokens=3)
+    for log in ("serve-tiny-int4-cudagraphs.log", "serve-tiny-int4-eager.log"):
+        f = engine_start_facts((CUDA / log).read_text(encoding="utf-8"))
+        got = kv.pool_tokens(f.available_kv_gib * GIB, f.concurrency_tokens)
+        assert got == pytest.approx(f.kv_pool_tokens, rel=3e-4)
+
+
+def test_262144_tokens_on_one_card_is_vllms_refusal():
+    """vLLM on the H200, one GPU, MTP 3: "(9.13 GiB KV cache is needed, which is larger than the
+    available KV cache memory (2.57 GiB). ... the estimated maximum model length is 59200"."""
+    kv = layout(speculative_tokens=3)
+    assert round(kv.needed_bytes(262144) / GIB, 2) == 9.13
+    assert kv.estimated_max_model_len(2.57 * GIB) == 59200
+
+
+def test_two_24_gib_cards_hold_262144_tokens():
+    """Tensor parallel 2 halves the KV heads and the state: 4.57 GiB a card for 262144 tokens
+    with MTP 3, well inside what 24 GiB x 0.94 leaves after half the weights."""
+    kv = layout(tensor_parallel_size=2, speculative_tokens=3)
+    assert kv.block_size == 1600 and kv.page_bytes == 1600 * 1024
+    assert round(kv.needed_bytes(262144) / GIB, 2) == 4.57
+    assert validate(load_group_data()) == []
+
+
+def test_the_settings_check_refuses_262144_on_one_3090_naming_the_figures():
+    data = {**load_group_data(), "vllm_tensor_parallel_size": 1}
+    problems = validate(data)
+    assert len(problems) == 1
+    p = problems[0]
+    assert p.startswith("vllm_max_model_len: 262144 tokens need 9.13 GiB")
+    assert "24 GiB x 0.94 = 22.56 GiB" in p and "16.83 GiB over 1 GPU(s)" in p
+    assert "issue 23" in p and "about 14,400 tokens fit" in p
+    data["vllm_max_model_len"] = 14400
+    assert kv_fit_problems(data) == []
+    data["vllm_max_model_len"] = 14400 + 1600
+    assert kv_fit_problems(data)
+
+
+def test_the_check_leaves_unknown_models_and_the_cpu_build_alone():
+    data = {**load_group_data(), "vllm_tensor_parallel_size": 1}
+    assert kv_fit_problems({**data, "vllm_device": "cpu"}) == []
+    assert kv_fit_problems({**data, "model_llm_manifest": "another-model"}) == []
+    assert set(KNOWN_MODELS) == {load_group_data()["model_llm_manifest"]}
+
+
+def test_bf16_kv_doubles_the_attention_page():
+    fp8, bf16 = layout(kv_cache_dtype="fp8_e5m2"), layout(kv_cache_dtype="auto")
+    assert bf16.page_bytes / bf16.block_size == 2 * fp8.page_bytes / fp8.block_size
+    with pytest.raises(ValueError, match="kv cache dtype 'nvfp4'"):
+        layout(kv_cache_dtype="nvfp4")
+    with pytest.raises(ValueError, match="do not split over 3 GPUs"):
+        layout(tensor_parallel_size=3)
+
+
+def test_shape_from_the_real_config_is_the_27b_shape():
+    from lab.checkpoint import config_json
+    from roles.common.model_shape import QWEN36_27B, Shape
+
+    got = Shape.from_config(config_json())
+    assert dataclasses.replace(got, name=QWEN36_27B.name) == QWEN36_27B

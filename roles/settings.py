@@ -20,11 +20,12 @@ from types import ModuleType
 from typing import Any
 
 from pyinfra import host
+from pyinfra.api.exceptions import DeployError
 
 from roles.base import settings as base_settings
 from roles.comfyui import settings as comfyui_settings
 from roles.common import diagnosis
-from roles.common.checks import Check, SettingsError, contains
+from roles.common.checks import Check, contains
 from roles.common.converge import hold_converge_lock
 from roles.common.pyinfra_keys import is_pyinfra_key, pyinfra_keys
 from roles.common.setting import Checked, RuleOver, Setting, each_rule, optional, rules
@@ -47,6 +48,11 @@ __all__ = [
     "require_valid_settings",
     "validate",
 ]
+
+
+class SettingsError(DeployError):
+    """Raised when settings are invalid; the message lists every bad key with the reason."""
+
 
 #: Every role's settings module, in the order of deploys/full.py.
 ROLE_SETTINGS: tuple[ModuleType, ...] = (

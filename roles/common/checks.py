@@ -11,8 +11,6 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pyinfra.api.exceptions import DeployError
-
 Check = Callable[[Any], "str | None"]
 
 UNIX_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
@@ -21,10 +19,6 @@ VERSION = re.compile(r"^\d+(\.\d+){1,3}([a-z0-9.+-]*)$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 GIT_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 PYTHON = re.compile(r"^(/[\w./+-]+|python3(\.\d+)?)$")
-
-
-class SettingsError(DeployError):
-    """Raised when settings are invalid; the message lists every bad key with the reason."""
 
 
 def integer(lo: int, hi: int) -> Check:

@@ -22,7 +22,8 @@ against its lock (rigup-doctor, roles/doctor). A source's rows are read by
 :func:`classify_lines` (text) or :func:`classify_state` (structured state).
 
 The modules: ``core`` (the types and the readers), one module per source of signatures
-(``nvidia_smi``, ``kernel_log``, ``dkms`` with Secure Boot, ``driver``, ``vllm_log``, ``metrics``,
+(``nvidia_smi``, ``gpu_reset`` (GSP timeouts, Xid 154, the Xids that need a reset),
+``kernel_log``, ``dkms`` with Secure Boot, ``driver``, ``vllm_log``, ``metrics``,
 ``gpus`` with NVLink, ``services``, ``disk`` with venvs); this package assembles the table.
 """
 
@@ -52,6 +53,7 @@ from .core import (
 from .disk import _DISK, _VENV, DISK_FULL_GIB
 from .dkms import _DKMS, _MOKUTIL, DKMS_CAUSES, SecureBoot, classify_dkms, secure_boot
 from .driver import _DRIVER_STATE, NOT_LOADED, classify_driver_state
+from .gpu_reset import _GPU_RESET, gpu_labels, pci_slot
 from .gpus import _GPU_STATE, _NVLINK, classify_gpus, classify_nvlink
 from .kernel_log import _KERNEL_LOG, MTP_GDN_CRASH, MTP_GDN_CRASH_FIX, classify_kernel_log
 from .metrics import _METRICS, LOW_ACCEPTANCE, PREFIX_CACHING_OFF, classify_metrics
@@ -62,6 +64,7 @@ from .vllm_log import _VLLM_LOG, DOCTOR, classify_vllm_log
 #: The table, in priority order: the first signature that recognises a line names it.
 SIGNATURES: tuple[Signature, ...] = (
     *_NVIDIA_SMI,
+    *_GPU_RESET,
     *_KERNEL_LOG,
     *_DKMS,
     *_MOKUTIL,
@@ -101,6 +104,8 @@ __all__ = [
     "MTP_GDN_CRASH",
     "MTP_GDN_CRASH_FIX",
     "classify_kernel_log",
+    "gpu_labels",
+    "pci_slot",
     "DKMS_CAUSES",
     "classify_dkms",
     "SecureBoot",

@@ -179,6 +179,13 @@ def lines_to_explain(state: Mapping[str, Any], unit_runs: list[tuple[str, list[s
 SILENT_DEATHS = ("vllm-worker-died", "vllm-engine-failed")
 #: What the kernel log can add to them.
 KERNEL_CAUSES = ("process-trap", "oom-kill")
+#: Verdicts of a failure in native GPU code, whose cause may be the GPU itself: the kernel
+#: log's Xid events and GPU resets are added to them.
+NATIVE_FAILURES = ("vllm-native/cuda-check", "vllm-cuda-crash")
+
+
+def _gpu_event(v: diagnosis.Verdict) -> bool:
+    return v.id.startswith(("xid-", "gpu-reset/")) and v.severity != diagnosis.OK
 
 
 def kernel_argv(lines: int = 300) -> list[str]:
@@ -195,13 +202,17 @@ def explain(
     """The unit's verdict and, for a unit with a journal classifier (vLLM), what its journal
     says; a unit that is not up and whose journal nothing recognises gets its last lines as
     evidence. When the journal says only that a process died, ``kernel`` (this boot's kernel
-    messages) may say how: a CPU trap or the OOM killer."""
+    messages) may say how: a CPU trap or the OOM killer; after a CUDA error in native code, this
+    boot's Xid events and GPU resets are added (the GPU itself may be the cause)."""
     verdicts = diagnosis.classify_unit(state)
     source = LOG_SOURCES.get(str(state.get("unit")))
     logged = diagnosis.classify_vllm_log("\n".join(journal), **fields) if source else []
-    if kernel and any(v.id in SILENT_DEATHS for v in logged):
+    if kernel and any(v.id in SILENT_DEATHS + NATIVE_FAILURES for v in logged):
+        native = any(v.id in NATIVE_FAILURES for v in logged)
         logged += [
-            v for v in diagnosis.classify_kernel_log("\n".join(kernel)) if v.id in KERNEL_CAUSES
+            v
+            for v in diagnosis.classify_kernel_log("\n".join(kernel))
+            if v.id in KERNEL_CAUSES or (native and _gpu_event(v))
         ]
     up = any(v.id == "service/up" for v in verdicts)
     if up:  # a running service: only what is wrong now counts (not start-up notes)

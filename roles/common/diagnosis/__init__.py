@@ -23,7 +23,7 @@ against its lock (rigup-doctor, roles/doctor). A source's rows are read by
 
 The modules: ``core`` (the types and the readers), one module per source of signatures
 (``nvidia_smi``, ``gpu_reset`` (GSP timeouts, Xid 154, the Xids that need a reset),
-``kernel_log``, ``dkms`` with Secure Boot, ``driver``, ``vllm_log``, ``metrics``,
+``kernel_log``, ``dkms`` with Secure Boot, ``driver``, ``vllm_log``, ``vllm_memory`` (memory, and when it ran out), ``metrics``,
 ``gpus`` with NVLink, ``services``, ``disk`` with venvs); this package assembles the table.
 """
 
@@ -60,6 +60,8 @@ from .metrics import _METRICS, LOW_ACCEPTANCE, PREFIX_CACHING_OFF, classify_metr
 from .nvidia_smi import _NVIDIA_SMI, DIAGNOSE, LOST_GPU_FIX, classify_nvidia_smi
 from .services import _UNIT_STATE, classify_unit
 from .vllm_log import _VLLM_LOG, DOCTOR, classify_vllm_log
+from .vllm_memory import _VLLM_MEMORY, PHASES, phase_at
+from .vllm_native import _VLLM_NATIVE, CODE_PATHS
 
 #: The table, in priority order: the first signature that recognises a line names it.
 SIGNATURES: tuple[Signature, ...] = (
@@ -69,6 +71,8 @@ SIGNATURES: tuple[Signature, ...] = (
     *_DKMS,
     *_MOKUTIL,
     *_DRIVER_STATE,
+    *_VLLM_NATIVE,
+    *_VLLM_MEMORY,
     *_VLLM_LOG,
     *_METRICS,
     *_GPU_STATE,
@@ -114,6 +118,9 @@ __all__ = [
     "classify_driver_state",
     "DOCTOR",
     "classify_vllm_log",
+    "PHASES",
+    "CODE_PATHS",
+    "phase_at",
     "PREFIX_CACHING_OFF",
     "LOW_ACCEPTANCE",
     "classify_metrics",

@@ -59,6 +59,7 @@ from .kernel_log import _KERNEL_LOG, MTP_GDN_CRASH, MTP_GDN_CRASH_FIX, classify_
 from .metrics import _METRICS, LOW_ACCEPTANCE, PREFIX_CACHING_OFF, classify_metrics
 from .nvidia_smi import _NVIDIA_SMI, DIAGNOSE, LOST_GPU_FIX, classify_nvidia_smi
 from .services import _UNIT_STATE, classify_unit
+from .vllm_cuda import _VLLM_CUDA
 from .vllm_log import _VLLM_LOG, DOCTOR, classify_vllm_log
 from .vllm_memory import _VLLM_MEMORY, PHASES, phase_at
 from .vllm_native import _VLLM_NATIVE, CODE_PATHS
@@ -72,6 +73,7 @@ SIGNATURES: tuple[Signature, ...] = (
     *_MOKUTIL,
     *_DRIVER_STATE,
     *_VLLM_NATIVE,
+    *_VLLM_CUDA,
     *_VLLM_MEMORY,
     *_VLLM_LOG,
     *_METRICS,

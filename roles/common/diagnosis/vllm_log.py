@@ -18,6 +18,7 @@ from .core import (
     clean_lines,
     verdict,
 )
+from .vllm_cuda import drop_covered
 from .vllm_memory import refine_by_phase
 from .vllm_native import follow_code_paths
 
@@ -305,5 +306,5 @@ def classify_vllm_log(text: str | None, **fields: Any) -> list[Verdict]:
             v = Verdict(**{**verdict(sig, {**base, **extra}, v.evidence).__dict__})
         out.append(v)
     order = {FAIL: 0, WARN: 1, OK: 2}
-    out = follow_code_paths(refine_by_phase(out, lines), lines)
+    out = follow_code_paths(refine_by_phase(drop_covered(out), lines), lines)
     return sorted(out, key=lambda v: order[v.severity])

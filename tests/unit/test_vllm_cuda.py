@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from roles.common import diagnosis
+from roles.doctor import metrics
 from tests.captures import FIXTURES
 
 
@@ -72,3 +73,45 @@ def test_the_captured_healthy_cuda_starts_have_only_notes(name):
     assert verdicts and all(v.severity == diagnosis.OK for v in verdicts), [
         str(v) for v in verdicts
     ]
+
+
+# --- /metrics of the CUDA engine ------------------------------------------------------------------
+
+
+def metrics_window(text: str) -> dict:
+    return metrics.window(None, metrics.parse(text), "the engine's whole run")
+
+
+def test_the_captured_mtp_acceptance_is_read():
+    w = metrics_window(log("metrics-excerpt-cudagraphs.txt"))
+    verdicts = diagnosis.classify_metrics({**w, "spec": {"method": "mtp"}})
+    (v,) = [v for v in verdicts if v.kind == "spec-decode"]
+    assert v.id == "spec-decode/ok" and "MTP acceptance 100.0 %" in v.what
+
+
+def test_prefix_cache_queries_prove_prompts_in_an_excerpt_without_prompt_tokens():
+    text = "\n".join(
+        line.replace("} 0.0", "} 4096.0") if "prefix_cache_queries_total" in line else line
+        for line in log("metrics-excerpt-cudagraphs.txt").splitlines()
+        if "prompt_tokens_total" not in line
+    )
+    w = metrics_window(text)
+    assert w["prompt_tokens"] is None and w["queries"] == 4096.0
+    (v,) = [v for v in diagnosis.classify_metrics({**w, "block": 1600}) if v.kind == "prefix-cache"]
+    assert v.id == "prefix-cache/no-hits" and "4,096 prompt tokens looked up" in v.what
+
+
+def test_zero_acceptance_names_a_missing_or_broken_mtp_head():
+    text = "\n".join(
+        line.rsplit(" ", 1)[0] + " 0.0"
+        if line.startswith("vllm:spec_decode_num_accepted_tokens") and "_created" not in line
+        else line
+        for line in log("metrics-excerpt-cudagraphs.txt").splitlines()
+    )
+    w = metrics_window(text)
+    verdicts = diagnosis.classify_metrics({**w, "spec": {"method": "mtp"}})
+    (v,) = [v for v in verdicts if v.kind == "spec-decode"]
+    assert v.id == "spec-decode/none" and v.severity == diagnosis.WARN
+    assert "accepted none of 5 drafts" in v.what
+    assert "MTP head" in v.why and "z-lab/paroquant#42" in v.why and "sampling" in v.why
+    assert "mtp.*" in v.fix and "vllm_speculative_config = None" in v.fix

@@ -37,7 +37,11 @@ PROPERTIES = (
 )
 
 #: The units whose journal has a classifier of its own (the diagnosis library's sources).
-LOG_SOURCES = {"vllm.service": "vllm-log"}
+LOG_SOURCES = {
+    "vllm.service": "vllm-log",
+    "comfyui.service": "comfyui-log",
+    "voxcpm.service": "voxcpm-log",
+}
 
 
 def run(argv: list[str], timeout: float = 30) -> tuple[int, str]:
@@ -199,14 +203,20 @@ def explain(
     kernel: list[str] | None = None,
     **fields: Any,
 ) -> list[diagnosis.Verdict]:
-    """The unit's verdict and, for a unit with a journal classifier (vLLM), what its journal
-    says; a unit that is not up and whose journal nothing recognises gets its last lines as
+    """The unit's verdict and, for a unit with a journal classifier (:data:`LOG_SOURCES`:
+    vLLM, ComfyUI, VoxCPM2), what its journal says (a running unit whose current run logged a
+    failure is not "up": ComfyUI stays up after a workflow ran out of memory); a unit that is not up and whose journal nothing recognises gets its last lines as
     evidence. When the journal says only that a process died, ``kernel`` (this boot's kernel
     messages) may say how: a CPU trap or the OOM killer; after a CUDA error in native code, this
     boot's Xid events and GPU resets are added (the GPU itself may be the cause)."""
-    verdicts = diagnosis.classify_unit(state)
     source = LOG_SOURCES.get(str(state.get("unit")))
-    logged = diagnosis.classify_vllm_log("\n".join(journal), **fields) if source else []
+    text = "\n".join(journal)
+    if source == "vllm-log":
+        logged = diagnosis.classify_vllm_log(text, **fields)
+    else:
+        logged = diagnosis.classify_service_log(source, text) if source else []
+    failing = any(v.severity == diagnosis.FAIL for v in logged)
+    verdicts = diagnosis.classify_unit({**state, "logged_failure": failing})
     if kernel and any(v.id in SILENT_DEATHS + NATIVE_FAILURES for v in logged):
         native = any(v.id in NATIVE_FAILURES for v in logged)
         logged += [
@@ -214,7 +224,7 @@ def explain(
             for v in diagnosis.classify_kernel_log("\n".join(kernel))
             if v.id in KERNEL_CAUSES or (native and _gpu_event(v))
         ]
-    up = any(v.id == "service/up" for v in verdicts)
+    up = any(v.id in ("service/up", "service/up-failing") for v in verdicts)
     if up:  # a running service: only what is wrong now counts (not start-up notes)
         logged = [v for v in logged if v.severity != diagnosis.OK]
     if not up and not any(v.severity == diagnosis.FAIL for v in logged):

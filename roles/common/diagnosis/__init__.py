@@ -56,6 +56,7 @@ from .driver import _DRIVER_STATE, NOT_LOADED, classify_driver_state
 from .gpu_reset import _GPU_RESET, gpu_labels, pci_slot
 from .gpus import _GPU_STATE, _NVLINK, classify_gpus, classify_nvlink
 from .kernel_log import _KERNEL_LOG, MTP_GDN_CRASH, MTP_GDN_CRASH_FIX, classify_kernel_log
+from .media_log import _COMFYUI_LOG, _VOXCPM_LOG, classify_service_log
 from .metrics import _METRICS, LOW_ACCEPTANCE, PREFIX_CACHING_OFF, classify_metrics
 from .nvidia_smi import _NVIDIA_SMI, DIAGNOSE, LOST_GPU_FIX, classify_nvidia_smi
 from .services import _UNIT_STATE, classify_unit
@@ -76,6 +77,8 @@ SIGNATURES: tuple[Signature, ...] = (
     *_VLLM_CUDA,
     *_VLLM_MEMORY,
     *_VLLM_LOG,
+    *_COMFYUI_LOG,
+    *_VOXCPM_LOG,
     *_METRICS,
     *_GPU_STATE,
     *_NVLINK,
@@ -123,6 +126,7 @@ __all__ = [
     "PHASES",
     "CODE_PATHS",
     "phase_at",
+    "classify_service_log",
     "PREFIX_CACHING_OFF",
     "LOW_ACCEPTANCE",
     "classify_metrics",

@@ -17,14 +17,19 @@ The sources: nvidia-smi, the kernel log (Xid events, module loading, CPU traps, 
 DKMS, mokutil and the driver state (the NVIDIA layer); vLLM's journal (why the engine did not
 start or died: :func:`classify_vllm_log`), a window of vLLM's /metrics (prefix cache,
 speculative decoding, preemptions, KV cache: :func:`classify_metrics`), the GPUs' and NVLink's
-state, a systemd service's state (crash loops: :func:`classify_unit`), free disk and a venv
-against its lock (rigup-doctor, roles/doctor). A source's rows are read by
-:func:`classify_lines` (text) or :func:`classify_state` (structured state).
+state, a systemd service's state (crash loops: :func:`classify_unit`), the media services'
+journals (:func:`classify_service_log`), free disk and a venv against its lock (rigup-doctor,
+roles/doctor). A source's rows are read by :func:`classify_lines` (text) or
+:func:`classify_state` (structured state).
 
 The modules: ``core`` (the types and the readers), one module per source of signatures
-(``nvidia_smi``, ``gpu_reset`` (GSP timeouts, Xid 154, the Xids that need a reset),
-``kernel_log``, ``dkms`` with Secure Boot, ``driver``, ``vllm_log``, ``vllm_memory`` (memory, and when it ran out), ``metrics``,
-``gpus`` with NVLink, ``services``, ``disk`` with venvs); this package assembles the table.
+(``nvidia_smi``; ``gpu_reset`` (GSP timeouts, Xid 154, the Xids that need a reset) and
+``kernel_log``; ``dkms`` with Secure Boot; ``driver``; vLLM's journal in ``vllm_native`` (CUDA
+errors of native code, followed to their code path and setting), ``vllm_cuda`` (the CUDA
+engine's kernel failures at start), ``vllm_memory`` (memory, and when it ran out) and
+``vllm_log`` (the rest, and :func:`classify_vllm_log`); ``media_log`` (ComfyUI's and
+VoxCPM2's journals); ``metrics``; ``gpus`` with NVLink; ``services``; ``disk`` with venvs);
+this package assembles the table.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ H200 start-ups (tests/fixtures/vllm-cuda) and constructed inputs of the same kin
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from roles.common import diagnosis, units
@@ -151,3 +153,51 @@ def test_a_new_run_starts_the_phases_over():
 def test_a_request_logged_before_the_oom_makes_it_a_serving_oom(served):
     text = f"{served}\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB."
     assert first(text).id == "vllm-oom/request"
+
+
+def test_the_kernel_log_is_read_around_the_runs_that_explain_the_unit():
+    """An Xid of this boot hours before the run is not this run's cause: the kernel log is read
+    from KERNEL_SLACK_S before the explained runs' first journal entry to as long after the
+    last (journalctl prints __REALTIME_TIMESTAMP in microseconds with any --output-fields)."""
+
+    def entry(inv: str, seconds: float, message: str) -> str:
+        return json.dumps(
+            {
+                "MESSAGE": message,
+                "_SYSTEMD_INVOCATION_ID": inv,
+                "__REALTIME_TIMESTAMP": str(int(seconds * 1_000_000)),
+            }
+        )
+
+    journal = "\n".join(
+        [
+            entry("old", 100.0, "vLLM API server version 0.22.1"),
+            entry("a", 1000.0, "vLLM API server version 0.22.1"),
+            entry("a", 1005.5, "RuntimeError: CUDA error: unspecified launch failure"),
+            entry("b", 2000.0, "vLLM API server version 0.22.1"),
+            entry("b", 2010.25, "RuntimeError: CUDA error: unspecified launch failure"),
+        ]
+    )
+
+    def runner(show: str):
+        def answer(argv: list[str]) -> tuple[int, str]:
+            if argv[:2] == ["systemctl", "show"]:
+                return 0, show
+            if argv[:2] == ["journalctl", "-u"]:
+                return 0, journal
+            return 0, ""
+
+        return answer
+
+    failed = "Id=vllm.service\nLoadState=loaded\nActiveState=failed\nSubState=failed\n"
+    state, lines = units.read_unit("vllm.service", runner(failed))
+    assert state["window"] == (1000.0, 2010.25) and len(lines) == 4
+    assert units.kernel_argv(window=state["window"])[-2:] == ["--since=@940", "--until=@2071"]
+    running = (
+        "Id=vllm.service\nLoadState=loaded\nActiveState=active\nSubState=running\n"
+        "NRestarts=0\nInvocationID=b\n"
+    )
+    state, lines = units.read_unit("vllm.service", runner(running))
+    assert state["window"] == (2000.0, 2010.25) and len(lines) == 2
+    # no timestamps (a journal read some other way): the whole boot, as before
+    assert "--since" not in " ".join(units.kernel_argv())

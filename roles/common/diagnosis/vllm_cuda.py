@@ -40,9 +40,9 @@ _VLLM_CUDA: list[Signature] = [
         "the two are equal (Qwen3.6-27B: 128 and 128); the engine fails while profiling, before "
         "it serves",
         fix="serve a checkpoint whose config.json has linear_key_head_dim equal to "
-        "linear_value_head_dim (model_llm_manifest); a GPU of compute capability 9.0 can take "
-        'FlashInfer\'s GDN kernel instead (vllm_extra_args = ["--gdn-prefill-backend", '
-        '"flashinfer"]), a 3090 has only the Triton one',
+        "linear_value_head_dim (model_llm_manifest), then converge; a 3090 (compute capability "
+        "8.6) has only this Triton kernel, while on compute capability 9.0 vLLM's default "
+        "(no --gdn-prefill-backend in vllm_extra_args) takes FlashInfer's GDN prefill instead",
         pattern=r"Mismatched type for mask_2d between then block \(<\['\d+', '(?P<k>\d+)'\], "
         r"int1>\) and else block \(<\['\d+', '(?P<v>\d+)'\], int1>\)",
         reference="captured: tests/fixtures/vllm-cuda/fail-gdn-prefill-k32-v64.log; vLLM 0.22.1 "

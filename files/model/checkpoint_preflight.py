@@ -33,6 +33,17 @@ Checks, each with its own message:
    loads as ``mtp.*`` (Qwen3.5/3.6, Qwen3-Next: qwen3_5_mtp.py, qwen3_next_mtp.py), a checkpoint
    without any ``mtp.*`` tensor (an export or quantization that dropped the head) is refused.
 
+5. Layers vLLM fuses into one (``packed_modules_mapping`` of the architecture's class:
+   gate/up -> gate_up_proj, q/k/v -> qkv_proj, the gated-delta-net in_proj_qkv/in_proj_z ->
+   in_proj_qkvz and in_proj_b/in_proj_a -> in_proj_ba) must share one quantization: with an
+   ``extra_config``, vLLM 0.22.1's AutoRound reader (INCConfig.get_layer_config, inc.py:206-219)
+   raises ``ValueError: Fused module '...gate_up_proj' requires consistent quant config for
+   [...]`` when their bits/group_size/sym differ (intel/auto-round#1726); and a fused layer whose
+   parts are stored one quantized and one not cannot be loaded into one layer either.
+6. With MTP on, the MTP head must be what vLLM builds: quantized ``mtp.*`` tensors
+   (qweight/qzeros/scales) are refused (the vllm#49552 kind; AutoRound copies the MTP head
+   unquantized unless told otherwise, intel/auto-round#1755).
+
 Tensor names come from ``model.safetensors.index.json`` or, for a single file, the header of
 ``model.safetensors`` (8-byte length + JSON, the safetensors format). Output: one JSON line on
 stdout ({"ok", "problems", "notes", "architecture", "accepted_prefixes", ...}); exit 0 when ok,
@@ -46,6 +57,9 @@ import json
 import struct
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # checkpoint_quant.py is beside it
+from checkpoint_quant import BUILTIN_FUSED, QUANTIZED_PARTS, fused_problems  # noqa: E402
 
 METHODS = ("language_model_only", "strip_vision_config")
 VISION_PREFIXES = ("model.visual.", "visual.", "vision_tower.", "model.vision_tower.")
@@ -121,6 +135,17 @@ def vllm_accepted_prefixes(architecture: str) -> tuple[tuple[str, ...] | None, s
     return prefixes, f"{cls.__module__}.{cls.__name__}.hf_to_vllm_mapper"
 
 
+def vllm_fused_modules(architecture: str) -> tuple[dict[str, list[str]] | None, str]:
+    """(the packed_modules_mapping of the pinned vLLM's class for ``architecture``, where from)."""
+    from vllm.model_executor.models import ModelRegistry
+
+    cls = ModelRegistry._try_load_model_cls(architecture)
+    if cls is None:
+        return None, f"vLLM does not register {architecture}"
+    mapping = dict(getattr(cls, "packed_modules_mapping", {}) or {})
+    return mapping, f"{cls.__module__}.{cls.__name__}.packed_modules_mapping"
+
+
 def preflight(
     config: dict,
     names: list[str],
@@ -128,9 +153,11 @@ def preflight(
     accepted: tuple[str, ...] | None,
     speculative_method: str | None = None,
     missing: list[str] | None = None,
+    fused: dict[str, list[str]] | None = None,
 ) -> dict:
     """The checks on a config.json, its tensor names and the shards missing from the
-    directory (``missing``). Pure."""
+    directory (``missing``); ``fused`` is vLLM's packed_modules_mapping of the architecture
+    (None: the built-in table). Pure."""
     problems: list[str] = []
     notes: list[str] = []
     architecture = (config.get("architectures") or ["?"])[0]
@@ -219,17 +246,41 @@ def preflight(
     # 4. the MTP head speculative decoding needs
     if speculative_method == "mtp":
         if architecture in MTP_ARCHITECTURES and names:
-            if not any(n.startswith(MTP_PREFIX) for n in names):
+            mtp = [n for n in names if n.startswith(MTP_PREFIX)]
+            mtp_q = sorted(n for n in mtp if n.rsplit(".", 1)[-1] in QUANTIZED_PARTS)
+            if not mtp:
                 problems.append(
                     f"speculative decoding by MTP is on (vllm_speculative_config method "
                     f'"mtp") but the checkpoint has no {MTP_PREFIX}* tensors: its '
                     "multi-token-prediction head was left out when it was exported or "
-                    "quantized, and vLLM would fail to load the drafter. Turn MTP off "
-                    "(vllm_speculative_config = None) or use a checkpoint that keeps its MTP "
-                    "head"
+                    "quantized. vLLM 0.22.1 still starts and serves, with a drafter that has no "
+                    "trained weights: every draft is rejected (0 % acceptance, as "
+                    "z-lab/paroquant#42 saw on 2x3090), so decode is slower than without MTP. "
+                    "Turn MTP off (vllm_speculative_config = None) or use a checkpoint that "
+                    "keeps its MTP head"
+                )
+            elif mtp_q:
+                # 6. a quantized MTP head
+                in_blocks = any(MTP_PREFIX.startswith(b) or b.startswith("mtp") for b in blocks)
+                problems.append(
+                    f"speculative decoding by MTP is on but the checkpoint's MTP head is "
+                    f"quantized ({len(mtp_q)} tensors: {', '.join(mtp_q[:3])}, ...): "
+                    + (
+                        f"block_name_to_quantize = {blocks} does not name mtp, so vLLM 0.22.1 "
+                        "builds the drafter unquantized and cannot load these tensors"
+                        if blocks and not in_blocks
+                        else "vLLM's MTP drafter is built and validated for the unquantized "
+                        "head AutoRound copies by default (vllm#49552, intel/auto-round#1755)"
+                    )
+                    + ". Use a checkpoint whose mtp.* tensors are BF16 (AutoRound's default "
+                    "copy of the MTP weights), or turn MTP off (vllm_speculative_config = None)"
                 )
         elif names:
             notes.append(f"MTP head not checked: {architecture} is not a known MTP architecture")
+    # 5. layers vLLM fuses share one quantization
+    fusion = BUILTIN_FUSED.get(architecture, {}) if fused is None else fused
+    if quant and names:
+        problems.extend(fused_problems(quant, names, fusion))
     return {
         "ok": not problems,
         "architecture": architecture,
@@ -266,8 +317,10 @@ def main(argv: list[str]) -> int:
     architecture = (config.get("architectures") or ["?"])[0]
     if opts.no_vllm:
         accepted, source = BUILTIN_PREFIXES.get(architecture), "built-in table (--no-vllm)"
+        fused, fused_source = BUILTIN_FUSED.get(architecture, {}), "built-in table (--no-vllm)"
     else:
         accepted, source = vllm_accepted_prefixes(architecture)
+        fused, fused_source = vllm_fused_modules(architecture)
     result = preflight(
         config,
         tensor_names(opts.model_dir),
@@ -275,7 +328,9 @@ def main(argv: list[str]) -> int:
         accepted,
         speculative_method=opts.speculative_method,
         missing=missing_shards(opts.model_dir),
+        fused=fused or {},
     )
+    result["fused_modules"], result["fused_modules_from"] = fused, fused_source
     result["accepted_prefixes"] = list(accepted) if accepted else None
     result["prefixes_from"] = source
     if not opts.no_vllm:

@@ -37,7 +37,11 @@ PROPERTIES = (
 )
 
 #: The units whose journal has a classifier of its own (the diagnosis library's sources).
-LOG_SOURCES = {"vllm.service": "vllm-log"}
+LOG_SOURCES = {
+    "vllm.service": "vllm-log",
+    "comfyui.service": "comfyui-log",
+    "voxcpm.service": "voxcpm-log",
+}
 
 
 def run(argv: list[str], timeout: float = 30) -> tuple[int, str]:
@@ -160,18 +164,50 @@ def runs(entries: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
     return list(grouped.items())
 
 
-def lines_to_explain(state: Mapping[str, Any], unit_runs: list[tuple[str, list[str]]]) -> list[str]:
-    """The journal lines that explain the unit's state: a running unit's current run only (an
-    old crash is history), unless systemd restarted it since it was started (then the crash is
-    in the run before); otherwise the last two runs (a crash loop's current attempt may just
-    have begun; the one before it ended with the error)."""
+def explained_runs(
+    state: Mapping[str, Any], unit_runs: list[tuple[str, list[str]]]
+) -> list[tuple[str, list[str]]]:
+    """The runs that explain the unit's state: a running unit's current run only (an old crash
+    is history), unless systemd restarted it since it was started (then the crash is in the run
+    before); otherwise the last two runs (a crash loop's current attempt may just have begun;
+    the one before it ended with the error)."""
     if not unit_runs:
         return []
     running = (state.get("active"), state.get("sub")) == ("active", "running")
     if running and not state.get("restarts"):
-        current = [lines for inv, lines in unit_runs if inv == state.get("invocation")]
-        return current[-1] if current else unit_runs[-1][1]
-    return [line for _, lines in unit_runs[-2:] for line in lines]
+        current = [run for run in unit_runs if run[0] == state.get("invocation")]
+        return current[-1:] or unit_runs[-1:]
+    return unit_runs[-2:]
+
+
+def lines_to_explain(state: Mapping[str, Any], unit_runs: list[tuple[str, list[str]]]) -> list[str]:
+    """The journal lines of :func:`explained_runs`."""
+    return [line for _, lines in explained_runs(state, unit_runs) for line in lines]
+
+
+def run_times(text: str) -> dict[str, tuple[float, float]]:
+    """``journalctl -o json`` lines -> ``{invocation id: (first, last)}`` times of each run's
+    entries in seconds since the epoch (``__REALTIME_TIMESTAMP``, in microseconds, which
+    journalctl prints whatever --output-fields says); entries without an id belong to the run
+    before them, as in :func:`runs`."""
+    times: dict[str, tuple[float, float]] = {}
+    last = ""
+    for raw in text.splitlines():
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        key = str(entry.get("_SYSTEMD_INVOCATION_ID") or entry.get("INVOCATION_ID") or "") or last
+        last = key
+        stamp = str(entry.get("__REALTIME_TIMESTAMP") or "")
+        if not stamp.isdigit():
+            continue
+        at = int(stamp) / 1_000_000
+        first, end = times.get(key, (at, at))
+        times[key] = (min(first, at), max(end, at))
+    return times
 
 
 #: Verdicts of a unit's journal that leave the cause to the kernel log (a process killed by a
@@ -179,11 +215,33 @@ def lines_to_explain(state: Mapping[str, Any], unit_runs: list[tuple[str, list[s
 SILENT_DEATHS = ("vllm-worker-died", "vllm-engine-failed")
 #: What the kernel log can add to them.
 KERNEL_CAUSES = ("process-trap", "oom-kill")
+#: Verdicts of a failure in native GPU code, whose cause may be the GPU itself: the kernel
+#: log's Xid events and GPU resets are added to them.
+NATIVE_FAILURES = ("vllm-native/cuda-check", "vllm-cuda-crash")
 
 
-def kernel_argv(lines: int = 300) -> list[str]:
-    """This boot's last kernel messages (``journalctl -k``)."""
-    return ["journalctl", "-k", "-b", "-n", str(lines), "--no-pager", "-o", "cat"]
+def _gpu_event(v: diagnosis.Verdict) -> bool:
+    return v.id.startswith(("xid-", "gpu-reset/")) and v.severity != diagnosis.OK
+
+
+#: Seconds of kernel log read before and after a unit's explained runs: an Xid or a CPU trap
+#: comes at most seconds before the error it causes in the unit's journal (a NCCL watchdog
+#: reports a hung peer up to its timeout later; vLLM's default is well under a minute).
+KERNEL_SLACK_S = 60
+
+
+def kernel_argv(lines: int = 300, window: tuple[float, float] | None = None) -> list[str]:
+    """This boot's last kernel messages (``journalctl -k``); with ``window`` (seconds since the
+    epoch, :func:`run_times`) only those from :data:`KERNEL_SLACK_S` before its start to as
+    long after its end."""
+    argv = ["journalctl", "-k", "-b", "-n", str(lines), "--no-pager", "-o", "cat"]
+    if window:
+        start, end = window
+        argv += [
+            f"--since=@{int(start - KERNEL_SLACK_S)}",
+            f"--until=@{int(end + KERNEL_SLACK_S) + 1}",
+        ]
+    return argv
 
 
 def explain(
@@ -192,18 +250,28 @@ def explain(
     kernel: list[str] | None = None,
     **fields: Any,
 ) -> list[diagnosis.Verdict]:
-    """The unit's verdict and, for a unit with a journal classifier (vLLM), what its journal
-    says; a unit that is not up and whose journal nothing recognises gets its last lines as
+    """The unit's verdict and, for a unit with a journal classifier (:data:`LOG_SOURCES`:
+    vLLM, ComfyUI, VoxCPM2), what its journal says (a running unit whose current run logged a
+    failure is not "up": ComfyUI stays up after a workflow ran out of memory); a unit that is not up and whose journal nothing recognises gets its last lines as
     evidence. When the journal says only that a process died, ``kernel`` (this boot's kernel
-    messages) may say how: a CPU trap or the OOM killer."""
-    verdicts = diagnosis.classify_unit(state)
+    messages) may say how: a CPU trap or the OOM killer; after a CUDA error in native code, this
+    boot's Xid events and GPU resets are added (the GPU itself may be the cause)."""
     source = LOG_SOURCES.get(str(state.get("unit")))
-    logged = diagnosis.classify_vllm_log("\n".join(journal), **fields) if source else []
-    if kernel and any(v.id in SILENT_DEATHS for v in logged):
+    text = "\n".join(journal)
+    if source == "vllm-log":
+        logged = diagnosis.classify_vllm_log(text, **fields)
+    else:
+        logged = diagnosis.classify_service_log(source, text) if source else []
+    failing = any(v.severity == diagnosis.FAIL for v in logged)
+    verdicts = diagnosis.classify_unit({**state, "logged_failure": failing})
+    if kernel and any(v.id in SILENT_DEATHS + NATIVE_FAILURES for v in logged):
+        native = any(v.id in NATIVE_FAILURES for v in logged)
         logged += [
-            v for v in diagnosis.classify_kernel_log("\n".join(kernel)) if v.id in KERNEL_CAUSES
+            v
+            for v in diagnosis.classify_kernel_log("\n".join(kernel))
+            if v.id in KERNEL_CAUSES or (native and _gpu_event(v))
         ]
-    up = any(v.id == "service/up" for v in verdicts)
+    up = any(v.id in ("service/up", "service/up-failing") for v in verdicts)
     if up:  # a running service: only what is wrong now counts (not start-up notes)
         logged = [v for v in logged if v.severity != diagnosis.OK]
     if not up and not any(v.severity == diagnosis.FAIL for v in logged):
@@ -217,18 +285,27 @@ def explain(
     return verdicts + logged
 
 
-def read_kernel(runner: Runner = run) -> list[str]:
-    """This boot's kernel messages ([] where the kernel log cannot be read: a container)."""
-    code, out = runner(kernel_argv())
+def read_kernel(runner: Runner = run, window: tuple[float, float] | None = None) -> list[str]:
+    """This boot's kernel messages, around ``window`` when given (a unit's explained runs:
+    ``state["window"]`` of :func:`read_unit`); [] where the kernel log cannot be read (a
+    container)."""
+    code, out = runner(kernel_argv(window=window))
     return out.splitlines() if code == 0 else []
 
 
 def read_unit(unit: str, runner: Runner = run, journal_lines: int = 400, **extra: Any):
-    """``(state, journal lines to explain)`` of ``unit`` on this host, through ``runner``."""
+    """``(state, journal lines to explain)`` of ``unit`` on this host, through ``runner``;
+    ``state["window"]`` is the time span of those lines (seconds since the epoch) when the
+    journal gives it, for :func:`read_kernel`."""
     _, out = runner(show_argv([unit]))
     props = (parse_show(out) or [{}])[0]
     state = unit_state(props, **extra)
     if state["load"] in ("", "not-found"):
         return state, []
     _, log = runner(journal_argv(unit, journal_lines))
-    return state, lines_to_explain(state, runs(parse_journal(log)))
+    explained = explained_runs(state, runs(parse_journal(log)))
+    times = run_times(log)
+    spans = [times[inv] for inv, _ in explained if inv in times]
+    if spans:
+        state["window"] = (min(a for a, _ in spans), max(b for _, b in spans))
+    return state, [line for _, lines in explained for line in lines]

@@ -54,7 +54,10 @@ SCRIPTS = {
     "text_only_check.py": REPO / "files" / "vllm" / "text_only_check.py",
     "vllm_offline.py": REPO / "files" / "vllm" / "vllm_offline.py",
     "checkpoint_preflight.py": REPO / "files" / "model" / "checkpoint_preflight.py",
+    "checkpoint_quant.py": REPO / "files" / "model" / "checkpoint_quant.py",
 }
+#: the SCRIPTS that are modules (imported by the others), installed 0644
+MODULES = ("vllm_offline.py", "checkpoint_quant.py")
 
 
 def api_key_env_file(p: VllmPaths) -> tuple[str, str]:
@@ -205,7 +208,7 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
         mislabelled=MISLABELLED[device],
     )
     for name, src in SCRIPTS.items():
-        mode = "644" if name.endswith("_offline.py") else "755"
+        mode = "644" if name in MODULES else "755"
         svc.put(f"Script {name}", src, f"{p.bin}/{name}", mode)
 
     checks = svc.layout.checks
@@ -222,14 +225,19 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     speculative = f" --speculative-method {shlex.quote(spec['method'])}" if spec else ""
     svc.check(
         name="Checkpoint preflight with vLLM's model registry (shards, lm_head, vision, weight "
-        "names, MTP head)",
+        "names, MTP head, fused layers' quantization)",
         command=(
             f"{as_user} {p.python} {p.bin}/checkpoint_preflight.py {model} --method {method}"
             f"{speculative}"
         ),
         stamp=f"{checks}/checkpoint-preflight.ok",
         key=fingerprint(
-            llm.path, method, spec, venv_key, _sha256(SCRIPTS["checkpoint_preflight.py"])
+            llm.path,
+            method,
+            spec,
+            venv_key,
+            _sha256(SCRIPTS["checkpoint_preflight.py"]),
+            _sha256(SCRIPTS["checkpoint_quant.py"]),
         ),
         what="checkpoint preflight",
         watch=placed,

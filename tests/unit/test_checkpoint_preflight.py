@@ -17,6 +17,7 @@ import pytest
 from lab.checkpoint import build_checkpoint
 
 SCRIPT = Path(__file__).resolve().parents[2] / "files" / "model" / "checkpoint_preflight.py"
+QUANT = SCRIPT.with_name("checkpoint_quant.py")
 
 
 def _module():
@@ -180,3 +181,112 @@ def test_every_shard_the_index_names_must_be_there(tmp_path, variants):
         "model.safetensors.index.json names 1 shard(s) that are not in the checkpoint "
         "directory: model-00002-of-00002.safetensors"
     )
+
+
+# --- layers vLLM fuses, and the MTP head's format -------------------------------------------------
+
+
+def good(variants) -> tuple[dict, list[str]]:
+    ckpt = variants["good"]
+    return json.loads((ckpt / "config.json").read_text()), cp.tensor_names(ckpt)
+
+
+def with_extra(config: dict, extra: dict) -> dict:
+    quant = config["quantization_config"]
+    return {
+        **config,
+        "quantization_config": {**quant, "extra_config": {**quant["extra_config"], **extra}},
+    }
+
+
+def check(config: dict, names: list[str], **kw) -> dict:
+    return cp.preflight(config, names, "language_model_only", None, **kw)
+
+
+LAYER0 = "model.language_model.layers.0"
+
+
+def test_the_lab_checkpoints_fused_layers_are_consistent(variants):
+    """Its extra_config keeps in_proj_a AND in_proj_b at 16 bit: one fused in_proj_ba."""
+    config, names = good(variants)
+    assert check(config, names)["problems"] == []
+
+
+def test_gate_and_up_with_different_bits_are_refused_in_vllms_words(variants):
+    """intel/auto-round#1726: gate_proj and up_proj quantized differently."""
+    config, names = good(variants)
+    result = check(with_extra(config, {f"{LAYER0}.mlp.gate_proj": {"bits": 8}}), names)
+    (problem,) = result["problems"]
+    assert (
+        f"`ValueError: Fused module '{LAYER0}.mlp.gate_up_proj' requires consistent quant config "
+        f"for ['{LAYER0}.mlp.gate_proj', '{LAYER0}.mlp.up_proj']`" in problem
+    )
+    assert "gate_proj bits/group_size/sym (8, 128, True)" in problem
+    assert "up_proj bits/group_size/sym (4, 128, True)" in problem
+    assert problem.startswith("1 layer(s) vLLM fuses") and "auto-round#1726" in problem
+
+
+@pytest.mark.parametrize(
+    ("extra", "fused"),
+    [
+        # a regular-expression key, as vLLM reads it (inc.py: keys with a special character)
+        ({r".*\.v_proj": {"group_size": 64}}, "self_attn.qkv_proj"),
+        # the gated-delta-net pair in_proj_b / in_proj_a, one left at 4 bits
+        ({"__b__": {"bits": 4}}, "linear_attn.in_proj_ba"),
+        ({"__qkv__": {"sym": False}}, "linear_attn.in_proj_qkvz"),
+    ],
+)
+def test_every_fused_group_of_the_architecture_is_checked(variants, extra, fused):
+    config, names = good(variants)
+    quant = config["quantization_config"]
+    linear = sorted(k.rsplit(".linear_attn.", 1)[0] for k in quant["extra_config"])[0]
+    key, value = next(iter(extra.items()))
+    if key == "__b__":
+        extra = {f"{linear}.linear_attn.in_proj_b": value}
+        quant["extra_config"].pop(f"{linear}.linear_attn.in_proj_b")
+    elif key == "__qkv__":
+        extra = {f"{linear}.linear_attn.in_proj_qkv": value}
+    result = check(with_extra(config, extra), names)
+    (problem,) = result["problems"]
+    assert f".{fused}' requires consistent quant config" in problem, problem
+
+
+def test_the_same_change_to_every_part_is_consistent(variants):
+    config, names = good(variants)
+    extra = {f"{LAYER0}.mlp.{p}": {"bits": 8} for p in ("gate_proj", "up_proj")}
+    assert check(with_extra(config, extra), names)["problems"] == []
+
+
+def test_a_fused_layer_stored_half_quantized_is_refused(variants):
+    config, names = good(variants)
+    half = [
+        n.replace(f"{LAYER0}.mlp.up_proj.qweight", f"{LAYER0}.mlp.up_proj.weight")
+        for n in names
+        if not n.startswith((f"{LAYER0}.mlp.up_proj.qzeros", f"{LAYER0}.mlp.up_proj.scales"))
+    ]
+    (problem,) = check(config, half)["problems"]
+    assert f"stored half quantized: {LAYER0}.mlp.gate_up_proj" in problem
+    assert "gate_proj quantized, up_proj unquantized" in problem
+
+
+def test_a_quantized_mtp_head_is_refused_while_mtp_is_on(variants):
+    config, names = good(variants)
+    quantized = []
+    for n in names:
+        if n.startswith("mtp.layers.") and n.endswith("proj.weight"):
+            base = n.removesuffix(".weight")
+            quantized += [f"{base}.qweight", f"{base}.qzeros", f"{base}.scales"]
+        else:
+            quantized.append(n)
+    (problem,) = check(config, quantized, speculative_method="mtp")["problems"]
+    assert "MTP head is quantized" in problem and ".qweight" in problem
+    assert "does not name mtp" in problem and "vllm_speculative_config = None" in problem
+    assert check(config, quantized)["problems"] == []  # MTP off: the head is not loaded
+
+
+def test_a_missing_mtp_head_says_what_vllm_really_does(variants):
+    config, names = good(variants)
+    no_mtp = [n for n in names if not n.startswith("mtp.")]
+    (problem,) = check(config, no_mtp, speculative_method="mtp")["problems"]
+    assert "still starts and serves" in problem and "0 % acceptance" in problem
+    assert "z-lab/paroquant#42" in problem and "would fail to load" not in problem

@@ -997,3 +997,28 @@ def test_facts_never_raise_on_garbage():
                 for _ in range(rng.randint(0, 8))
             ]
             fact().process(output)
+
+
+def test_diagnose_names_a_gpu_that_needs_a_reset_by_its_index(tools):
+    """The GSP firmware's timeout and Xid 154 (open-gpu-kernel-modules#1134) on the second card
+    of rigup's query (bus 00000000:02:00.0): named GPU 1, and the reset said."""
+    state = "\n".join(
+        [
+            "kernel=7.0.3-generic",
+            "loaded=580.178.04",
+            "installed=580.178.04",
+            "userspace=580.178.04",
+            "nvidia_smi=/usr/bin/nvidia-smi",
+            "secure_boot=SecureBoot disabled",
+            "klog=Jun 02 19:40:29 rig kernel: NVRM: Back to back GSP RPC timeout detected! GPU "
+            "marked for reset",
+            "klog=Jun 02 19:40:29 rig kernel: NVRM: Xid (PCI:0000:02:00): 154, GPU recovery "
+            "action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
+        ]
+    )
+    proc, _ = _run(
+        tools, "rigup-nvidia-diagnose", answers={"query": _query((290, 290))}, state_text=state
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "GPU 1 (NVIDIA GeForce RTX 3090) at 0000:02:00 needs a GPU reset" in proc.stdout
+    assert "the GSP firmware of GPU 1 (NVIDIA GeForce RTX 3090)" in proc.stdout

@@ -12,7 +12,7 @@ from subprocess import run
 
 import pytest
 
-from tests.unit.test_checkpoint_preflight import SCRIPT, build_variants
+from tests.unit.test_checkpoint_preflight import QUANT, SCRIPT, build_variants, cp
 from tests.vllm.test_pinned_vllm import ON_LAB, VLLM_PYTHON, pinned_version, pytestmark  # noqa: F401
 
 
@@ -21,6 +21,7 @@ def results(tmp_path_factory) -> dict[str, tuple[int, dict]]:
     tmp = tmp_path_factory.mktemp("preflight-vllm")
     variants = build_variants(tmp)
     shutil.copy2(SCRIPT, tmp / SCRIPT.name)
+    shutil.copy2(QUANT, tmp / QUANT.name)  # the module the script imports, installed beside it
     cases = {
         "good": (variants["good"], "language_model_only"),
         "lm_head_quantized": (variants["lm_head_quantized"], "language_model_only"),
@@ -59,6 +60,13 @@ def test_prefixes_come_from_the_pinned_vllm(results):
         "lm_head.",
         "model.language_model.",
     }
+    # the fused layers come from the class's packed_modules_mapping; the --no-vllm table agrees
+    assert result["fused_modules_from"].endswith(
+        "Qwen3_5ForConditionalGeneration.packed_modules_mapping"
+    )
+    fusing = {k: v for k, v in result["fused_modules"].items() if len(v) > 1}
+    table = cp.BUILTIN_FUSED["Qwen3_5ForConditionalGeneration"]
+    assert fusing == {k: v for k, v in table.items() if len(v) > 1}
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,8 @@ SOURCES = (
     "mokutil",
     "driver-state",
     "vllm-log",
+    "comfyui-log",
+    "voxcpm-log",
     "metrics",
     "gpu-state",
     "nvlink",
@@ -166,11 +168,15 @@ def _context(sig: Signature, text: str) -> dict[str, str]:
     return found
 
 
-def classify_lines(source: str, text: str | None) -> tuple[list[Verdict], list[str]]:
+def classify_lines(
+    source: str, text: str | None, fields: Mapping[str, Any] | None = None
+) -> tuple[list[Verdict], list[str]]:
     """Name each line of ``text`` with the first signature of ``source`` that recognises it.
 
     Returns ``(verdicts, unrecognised lines)``. Lines recognised by the same signature with the
     same message are one verdict with every line as evidence (a kernel log repeats an Xid).
+    ``fields`` are facts from elsewhere the templates and ``derive`` may read (the GPUs'
+    names by PCI slot); what a line says wins over them.
     """
     lines = clean_lines(text)
     joined = "\n".join(lines)
@@ -182,7 +188,8 @@ def classify_lines(source: str, text: str | None) -> tuple[list[Verdict], list[s
             m = sig.regex.search(line)  # type: ignore[union-attr]
             if not m:
                 continue
-            v = verdict(sig, {**_context(sig, joined), **m.groupdict()}, (line,))
+            found_fields = {**(fields or {}), **_context(sig, joined), **m.groupdict()}
+            v = verdict(sig, found_fields, (line,))
             key = (v.id, v.what)
             if key in found:
                 old = found[key]

@@ -3,18 +3,12 @@ the OOM killer; and :func:`classify_kernel_log`."""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 
 from .core import FAIL, WARN, Signature, Verdict, classify_lines
+from .gpu_reset import GSP_REPEATS, RESET_FIX, gpu_field
+from .gpu_reset import XID as _XID
 from .nvidia_smi import _BUS, LOST_GPU_FIX
-
-_XID = r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9A-Fa-f:.]+)\): "
-
-
-def _pci_slot(bus: str) -> str:
-    """``0000:02:00.0`` and ``0000:02:00`` (how Xid lines name it) -> ``0000:02:00``."""
-    return re.sub(r"\.[0-7]$", "", bus)
-
 
 MTP_GDN_CRASH = (
     "on this stack (vLLM 0.22.1 serving Qwen3.6 with MTP speculative decoding) suspect first the "
@@ -36,65 +30,70 @@ _KERNEL_LOG: list[Signature] = [
         id="xid-79",
         source="kernel-log",
         severity=FAIL,
-        what="the GPU at {bus} fell off the bus (Xid 79)",
+        what="{gpu} fell off the bus (Xid 79)",
         why="the GPU stopped answering on PCIe: riser, power delivery or seating",
         fix=LOST_GPU_FIX,
         pattern=rf"{_XID}79\b|NVRM: GPU (?:at )?(?:PCI:)?(?P<bus2>{_BUS}):? GPU has fallen off the bus",
-        derive=lambda f: {"bus": _pci_slot(f.get("bus") or f.get("bus2") or "?")},
+        derive=gpu_field,
         reference="NVIDIA Xid catalogue: 79 GPU has fallen off the bus",
     ),
     Signature(
         id="xid-74",
         source="kernel-log",
         severity=FAIL,
-        what="NVLink error on the GPU at {bus} (Xid 74)",
+        what="NVLink error on {gpu} (Xid 74)",
         why="a link of the NVLink bridge reported a fatal error",
         fix="power off, reseat the NVLink bridge on both cards (and clean the contacts), boot; "
         "`nvidia-smi nvlink -e` shows the error counters per link",
         pattern=rf"{_XID}74\b",
+        derive=gpu_field,
         reference="NVIDIA Xid catalogue: 74 NVLink error",
     ),
     Signature(
         id="xid-48",
         source="kernel-log",
         severity=FAIL,
-        what="uncorrectable memory error on the GPU at {bus} (Xid 48, double-bit ECC)",
+        what="uncorrectable memory error on {gpu} (Xid 48, double-bit ECC)",
         why="the GPU's memory returned data it could not correct",
         fix="reboot (the driver retires the page); if it repeats the card's memory is failing",
         pattern=rf"{_XID}48\b",
+        derive=gpu_field,
         reference="NVIDIA Xid catalogue: 48 double bit ECC error",
     ),
     Signature(
         id="xid-63",
         source="kernel-log",
         severity=WARN,
-        what="memory page retirement / row remapping recorded on the GPU at {bus} (Xid 63)",
+        what="memory page retirement / row remapping recorded on {gpu} (Xid 63)",
         why="the GPU marked bad memory to be replaced; it takes effect after a GPU reset",
         fix="reboot when convenient; `nvidia-smi -q -d ROW_REMAPPER` shows the remapped rows",
         pattern=rf"{_XID}63\b",
+        derive=gpu_field,
         reference="NVIDIA Xid catalogue: 63 ECC page retirement or row remapping recording event",
     ),
     Signature(
         id="xid-64",
         source="kernel-log",
         severity=FAIL,
-        what="memory row remapping failed on the GPU at {bus} (Xid 64)",
+        what="memory row remapping failed on {gpu} (Xid 64)",
         why="the GPU has no spare memory rows left for a failing row",
         fix="the card needs service or replacement",
         pattern=rf"{_XID}64\b",
+        derive=gpu_field,
         reference="NVIDIA Xid catalogue: 64 ECC page retirement or row remapper recording failure",
     ),
     Signature(
         id="xid-13-31",
         source="kernel-log",
         severity=WARN,
-        what="a GPU program faulted on the GPU at {bus} (Xid {xid})",
+        what="a GPU program faulted on {gpu} (Xid {xid})",
         why="Xid 13 (graphics engine exception) and 31 (GPU memory page fault) come from a "
         "program's illegal memory access, rarely from the hardware; " + MTP_GDN_CRASH,
         fix="read `journalctl -u vllm` around that time (rigup-doctor classifies it); "
         + MTP_GDN_CRASH_FIX
         + "; if the Xid also comes with other programs, suspect the card",
         pattern=rf"{_XID}(?P<xid>13|31)\b",
+        derive=gpu_field,
         reference="NVIDIA Xid catalogue: 13 graphics engine exception, 31 GPU memory page fault; "
         "vllm#50021",
     ),
@@ -102,22 +101,23 @@ _KERNEL_LOG: list[Signature] = [
         id="xid-119-120",
         source="kernel-log",
         severity=FAIL,
-        what="the GPU System Processor of the GPU at {bus} stopped answering (Xid {xid})",
+        what="the GPU System Processor of {gpu} stopped answering (Xid {xid})",
         why="the GSP firmware timed out or failed (Xid 119 GSP RPC timeout, 120 GSP error); the "
         "GPU is unusable until it is reset",
-        fix="reboot; if it repeats, install the newest driver of the branch "
-        "(nvidia_driver_branch) and capture `nvidia-bug-report.sh` for NVIDIA",
+        fix=RESET_FIX + "; " + GSP_REPEATS,
         pattern=rf"{_XID}(?P<xid>119|120)\b",
+        derive=gpu_field,
         reference="NVIDIA Xid catalogue: 119 GSP RPC timeout, 120 GSP error",
     ),
     Signature(
         id="xid-other",
         source="kernel-log",
         severity=WARN,
-        what="Xid {xid} on the GPU at {bus}",
+        what="Xid {xid} on {gpu}",
         why="the NVIDIA driver reported an error event",
         fix="look Xid {xid} up in NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors)",
         pattern=rf"{_XID}(?P<xid>\d+)",
+        derive=gpu_field,
         reference="NVIDIA Xid catalogue",
     ),
     Signature(
@@ -186,6 +186,8 @@ _KERNEL_LOG: list[Signature] = [
 ]
 
 
-def classify_kernel_log(text: str | None) -> list[Verdict]:
-    """Xid events and module-loading refusals in kernel log lines (journalctl -k, dmesg)."""
-    return classify_lines("kernel-log", text)[0]
+def classify_kernel_log(text: str | None, gpus: Mapping[str, str] | None = None) -> list[Verdict]:
+    """Xid events, GSP timeouts, CPU traps, the OOM killer and module-loading refusals in kernel
+    log lines (journalctl -k, dmesg). ``gpus`` (:func:`rigup_diagnosis.gpu_labels` of
+    nvidia-smi's rows: ``{pci slot: "GPU 1 (NVIDIA GeForce RTX 3090)"}``) names the GPUs."""
+    return classify_lines("kernel-log", text, {"gpus": gpus or {}})[0]

@@ -36,7 +36,10 @@ def _match_metrics_error(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def _prompts(s: Mapping[str, Any]) -> bool:
-    return not _no_data(s) and (s.get("prompt_tokens") or 0) > 0
+    """Prompts were prefilled in the window: prompt tokens counted, or (an excerpt without
+    ``prompt_tokens_total``) prompt tokens looked up in the prefix cache, which only a prompt
+    makes."""
+    return not _no_data(s) and ((s.get("prompt_tokens") or 0) > 0 or (s.get("queries") or 0) > 0)
 
 
 def _match_prefix_idle(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -108,9 +111,23 @@ def _match_spec_idle(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return {"since": s.get("since"), "method": _spec_name(s)}
 
 
+def _match_spec_none(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    a = _acceptance(s)
+    return a if a and not s.get("accepted") else None
+
+
 def _match_spec_low(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
     a = _acceptance(s)
     return a if a and a["rate_value"] < LOW_ACCEPTANCE else None
+
+
+#: What a drafter that never hits means on this stack (the field and the H200 run).
+MTP_HEAD_BROKEN = (
+    "a missing or broken MTP head: a checkpoint exported or quantized without its mtp.* tensors, "
+    "or with them quantized, still serves on vLLM 0.22.1, with a drafter whose guesses never "
+    "match (0 % acceptance: z-lab/paroquant#42 on 2x3090; random weights on the H200 accepted 0 "
+    "of 1,020 drafts)"
+)
 
 
 def _match_preemptions(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -235,6 +252,21 @@ _METRICS: list[Signature] = [
         matcher=_match_spec_idle,
     ),
     Signature(
+        id="spec-decode/none",
+        source="metrics",
+        severity=WARN,
+        what="{method} accepted none of {drafts} drafts over {since} (0 % acceptance)",
+        why="every drafted token was rejected, so each step drafts for nothing (slower than "
+        "without MTP). The likeliest cause is " + MTP_HEAD_BROKEN + "; then sampling far from "
+        "the model's own (Qwen's temperature 0.6, top_p 0.95)",
+        fix="converge: rigup's checkpoint preflight names a missing or quantized MTP head "
+        "(mtp.* tensors) of the checkpoint; serve one that keeps it, or "
+        "vllm_speculative_config = None (no drafts), then converge; check the clients' sampling",
+        matcher=_match_spec_none,
+        reference="z-lab/paroquant#42; vLLM 0.22.1 v1/spec_decode/metrics.py:88-140; "
+        "issue 23 (the H200 run with random weights: 0 of 1,020 drafts accepted)",
+    ),
+    Signature(
         id="spec-decode/low",
         source="metrics",
         severity=WARN,
@@ -242,7 +274,9 @@ _METRICS: list[Signature] = [
         why="fewer than half of the drafted tokens are accepted, so the drafts cost more than "
         "they save (the seed measured 77.7 % with MTP 3 on this model); per position: {per_pos}",
         fix="check the request's sampling (Qwen's temperature 0.6, top_p 0.95); compare fewer "
-        "speculative tokens with `sudo rigup-bench --arm mtp-1` (or mtp-2)",
+        "speculative tokens with `sudo rigup-bench --arm mtp-1` (or mtp-2); if position 0 "
+        "is low too, suspect the checkpoint's MTP head (a quantized or re-exported mtp.*: "
+        "rigup's checkpoint preflight reads it at converge)",
         matcher=_match_spec_low,
         reference="vLLM 0.22.1 v1/spec_decode/metrics.py:88-140 (rate = accepted / draft "
         "tokens; mean length = 1 + accepted / drafts)",

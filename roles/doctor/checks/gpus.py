@@ -107,15 +107,18 @@ def holders_sentence(holders: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def check_driver(cfg: dict, runner: Runner = run) -> Section:
-    """The NVIDIA driver (loaded, consistent, why not) and this boot's Xid events."""
+def check_driver(cfg: dict, runner: Runner = run, gpus: list[dict] | None = None) -> Section:
+    """The NVIDIA driver (loaded, consistent, why not) and this boot's Xid events; ``gpus``
+    (the GPU section's rows: index, pci_bus_id, name) names the GPU of each Xid."""
     section = Section("driver")
     if not cfg["gpus"]["count"]:
         section.verdicts = diagnosis.classify_gpus({"expected_count": 0, "gpus": []})
         return section
     state = nv.driver_state(runner)
     found = diagnosis.classify_state("driver-state", state)
-    found += diagnosis.classify_kernel_log("\n".join(state.get("kernel_log") or []))
+    found += diagnosis.classify_kernel_log(
+        "\n".join(state.get("kernel_log") or []), diagnosis.gpu_labels(gpus or [])
+    )
     section.verdicts = found
     section.facts = {
         k: state.get(k) for k in ("kernel", "loaded", "installed", "userspace", "secure_boot_state")

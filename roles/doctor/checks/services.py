@@ -37,7 +37,8 @@ def block_size(journal: list[str]) -> int | None:
 
 def check_services(cfg: dict, runner: Runner = run, holders: str = "") -> Section:
     """Each service of each GPU mode: its state (crash loop, failed, down in its mode) and its
-    journal classified (vLLM's by the vllm-log signatures)."""
+    journal classified by its own signatures (vLLM, ComfyUI, VoxCPM2), with the kernel log of
+    the same time span."""
     section = Section("services")
     facts: dict[str, Any] = {}
     for mode, spec in cfg["modes"].items():
@@ -50,7 +51,8 @@ def check_services(cfg: dict, runner: Runner = run, holders: str = "") -> Sectio
                 extra["arm"], extra["dropin"] = arm
             state, journal = units.read_unit(unit, runner, **extra)
             fields = {"holders": holders} if holders else {}
-            kernel = units.read_kernel(runner) if state.get("active") != "inactive" else []
+            window = state.get("window")
+            kernel = units.read_kernel(runner, window) if state.get("active") != "inactive" else []
             section.verdicts += units.explain(state, journal, kernel, **fields)
             facts[unit] = {
                 k: state.get(k) for k in ("active", "sub", "result", "restarts", "enabled")

@@ -33,9 +33,10 @@ def doctor(
     started = time.monotonic()
     first = scrape(cfg, get) if "metrics" in only else ""
     sections: dict[str, Section] = {}
+    wanted = {"driver", "gpus", "services"} & set(only)
+    gpus = check_gpus(cfg, runner) if wanted else Section("gpus")
     if "driver" in only:
-        sections["driver"] = check_driver(cfg, runner)
-    gpus = check_gpus(cfg, runner) if {"gpus", "services"} & set(only) else Section("gpus")
+        sections["driver"] = check_driver(cfg, runner, gpus.facts.get("gpus"))
     if "gpus" in only:
         sections["gpus"] = gpus
     if "nvlink" in only:

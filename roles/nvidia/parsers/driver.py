@@ -107,7 +107,7 @@ DRIVER_STATE_COMMAND = (
     "for f in /var/lib/dkms/nvidia/*/build/make.log; do "
     f"grep -hE '{_DKMS_GREP}' \"$f\" 2>/dev/null | tail -n 10; done; }} | sed 's/^/dkms_out=/'; "
     "journalctl -k -b --no-pager -q 2>/dev/null "
-    "| grep -E 'NVRM|nvidia|Lockdown|fallen off the bus' | tail -n 60 | sed 's/^/klog=/'; true"
+    "| grep -E 'NVRM|nvidia|Lockdown|fallen off the bus|GSP' | tail -n 60 | sed 's/^/klog=/'; true"
 )
 
 _MULTI = ("secure_boot", "module_kernel", "gpu_driver", "package", "dkms", "dkms_log")

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from roles.comfyui.release import TAG, ReleaseError, load_release
+from packaging.version import InvalidVersion, Version
+
+from roles.comfyui.release import TAG, Release, ReleaseError, load_release
 from roles.common.checks import (
     GIT_COMMIT,
     UNIX_NAME,
@@ -25,6 +27,7 @@ from roles.common.checks import (
     str_list,
 )
 from roles.common.urls import is_loopback
+from roles.model.manifest import ManifestError, load_manifest, release_version
 from roles.model.settings import manifest_list
 
 #: ComfyUI flags rigup sets from its own settings (roles/comfyui/flags.py; flag -> setting), so
@@ -82,12 +85,22 @@ OPTIONAL: tuple[str, ...] = ()
 def consistency(values: Mapping[str, Any]) -> list[str]:
     """comfyui_host beyond loopback only with comfyui_allow_network_without_auth (ComfyUI has no
     authentication); comfyui_extra_args may not set managed flags nor the VRAM-pinning ones; the
-    release's lock, when there is one, must be usable."""
+    release's lock, when there is one, must be usable; comfyui_commit needs that lock; every
+    manifest of comfyui_models must load in the release (:func:`models_the_release_cannot_load`)."""
     problems = []
     try:
-        load_release(values["comfyui_release"], values["comfyui_lock_dir"])
+        release = load_release(values["comfyui_release"], values["comfyui_lock_dir"])
     except ReleaseError as exc:
         problems.append(f"comfyui_release: {' '.join(str(exc).split())}")
+        release = None
+    if release is not None and not release.locked and values["comfyui_commit"]:
+        problems.append(
+            f"comfyui_commit: {values['comfyui_commit']} replaces the commit of a release lock, "
+            f"and comfyui_release {release.tag} has none yet ({release.lock_file}); converge once "
+            "without comfyui_commit on a rig that reaches the git remote to lock the release"
+        )
+    if release is not None and values["comfyui_install"]:
+        problems.extend(models_the_release_cannot_load(release, values["comfyui_models"]))
     host = values["comfyui_host"]
     if not is_loopback(host) and not values["comfyui_allow_network_without_auth"]:
         problems.append(
@@ -108,4 +121,47 @@ def consistency(values: Mapping[str, Any]) -> list[str]:
             f"comfyui_extra_args: {', '.join(refused)} keeps every model in VRAM and defeats "
             "ComfyUI's offloading, which FLUX.2 Dev and LTX-2.3 need on 24 GB cards; remove it"
         )
+    return problems
+
+
+def release_version_of(release: Release) -> Version | None:
+    """The ComfyUI version ``release`` runs: its lock's ``version``, else (not locked yet) the
+    version its tag names (:func:`roles.model.manifest.release_version`); None when neither
+    names one (a tag of one's own)."""
+    if release.version:
+        try:
+            return Version(release.version)
+        except InvalidVersion:
+            return None
+    return release_version(release.tag)
+
+
+def models_the_release_cannot_load(release: Release, models: list[str]) -> list[str]:
+    """A problem, naming ``comfyui_release`` and the ``comfyui_models`` entry, for each manifest
+    whose ``comfyui_min_release`` is newer than the release, or whose minimum cannot be compared
+    with a release that names no version. Manifests that do not load are reported by the
+    ``comfyui_models`` rule itself (roles/model/settings.py) and skipped here."""
+    problems = []
+    have = release_version_of(release)
+    for ref in models:
+        try:
+            manifest = load_manifest(ref)
+        except ManifestError:
+            continue
+        need = manifest.comfyui_min_release
+        if need is None:
+            continue
+        if have is None:
+            problems.append(
+                f"comfyui_release: {release.tag} names no ComfyUI version, and comfyui_models "
+                f"entry {ref!r} needs ComfyUI {need} or newer ({manifest.source_file}); set a "
+                "release tag of ComfyUI (vX.Y.Z) or remove the entry"
+            )
+        elif have < release_version(need):
+            problems.append(
+                f"comfyui_release: ComfyUI {have} ({release.tag}) cannot load comfyui_models "
+                f"entry {ref!r}: it needs {need} or newer ({manifest.comfyui_min_release_source}; "
+                f"{manifest.source_file}). Set comfyui_release to {need} or newer, or remove "
+                "the entry"
+            )
     return problems

@@ -118,3 +118,24 @@ def test_publishing_rechecks_each_file_against_what_was_hashed_in_this_run(tmp_p
     assert partial_area.unproven(tmp_path, [entry]) == []
     path.unlink()
     assert partial_area.unproven(tmp_path, [entry]) == ["w.bin: missing"]
+
+
+def test_place_into_an_existing_empty_directory_places_the_model(mirror):
+    tmp, files, pinned = mirror
+    dest = tmp / "store" / "tiny" / "label-1"
+    dest.mkdir(parents=True)
+    rc, out, err = _place(_manifest_file(tmp, files=pinned), dest, tmp / "mirror")
+    assert rc == 0, err
+    assert out["status"] == "placed" and out["bytes_transferred"] == sum(SIZES.values())
+    _placed_shard_is_the_locks(dest, files)
+
+
+def test_place_of_patterns_into_an_existing_empty_directory_places_the_model(mirror):
+    """An unpinned manifest selecting by patterns lists no files, so nothing looked missing."""
+    tmp, files, _ = mirror
+    dest = tmp / "store" / "tiny" / "label-1"
+    dest.mkdir(parents=True)
+    rc, out, err = _place(_manifest_file(tmp), dest, tmp / "mirror")
+    assert rc == 0, err
+    assert out["status"] == "placed"
+    _placed_shard_is_the_locks(dest, files)

@@ -206,6 +206,8 @@ def cmd_place(opts) -> dict:
     dest = Path(opts.dest)
     sources = [s for s in opts.sources.split(",") if s]
     with transfer_lock(dest, opts.lock_dir, opts.lock_wait):
+        if dest.is_dir() and not any(dest.iterdir()):
+            dest.rmdir()  # an empty directory holds no model: the placement takes its place
         if not dest.is_dir():
             return place_new(manifest, dest, sources, opts)
         bad, strays, checked = placed_problems(manifest, dest, opts.verify_sha256)

@@ -617,3 +617,30 @@ def test_a_cpu_without_avx512_is_named_when_int4_weights_cannot_load():
     (v,) = [v for v in verdicts if v.id == "vllm-cpu-kernel-missing"]
     assert v.what == "vLLM's CPU build has no cpu_gemm_wna16 kernel on this CPU"
     assert "AVX-512" in v.why and "BF16" in v.fix
+
+
+@pytest.mark.parametrize(
+    "placed,model,en,zh",
+    [
+        ({"source": "huggingface", "commit": "c" * 40}, {"state": "unpinned"},
+         "from Hugging Face, pinned to commit `cccccccccccc`", "来自 Hugging Face，锁定到提交 `cccccccccccc`"),
+        ({"source": "modelscope"}, {"commit": "d" * 40}, "from ModelScope, pinned to commit `dddddddddddd`", "来自 ModelScope"),
+        ({"source": "local"}, {}, "from a local copy, not pinned", "来自本地副本，未锁定"),
+        ({}, {}, "source unknown, not pinned", "来源未知，未锁定"),
+    ],
+)  # fmt: skip
+def test_the_post_names_the_source_the_model_was_placed_from(cfg, placed, model, en, zh):
+    """Every source kind is reported as what it is: a model locked to a hub commit is never
+    "local mirror, not pinned" (issue 21, item 7)."""
+    f = facts(cfg)
+    f["model"] = {**cfg["vllm"]["model"], **model, "placed": placed}
+    assert en in report.model_line(f, zh=False)
+    assert zh in report.model_line(f, zh=True)
+    assert "mirror" not in report.model_line(f, zh=False)
+
+
+def test_the_placed_record_is_read_from_the_model_directory(tmp_path):
+    record = {"source": "huggingface", "commit": "e" * 40, "from": "/home/me/m", "files": []}
+    (tmp_path / ".rigup-manifest.json").write_text(json.dumps(record))
+    assert report.placed_record(str(tmp_path)) == {"source": "huggingface", "commit": "e" * 40}
+    assert report.placed_record(str(tmp_path / "absent")) == {}

@@ -644,3 +644,30 @@ def test_the_placed_record_is_read_from_the_model_directory(tmp_path):
     (tmp_path / ".rigup-manifest.json").write_text(json.dumps(record))
     assert report.placed_record(str(tmp_path)) == {"source": "huggingface", "commit": "e" * 40}
     assert report.placed_record(str(tmp_path / "absent")) == {}
+
+
+@pytest.mark.parametrize("command", ["rigup-doctor", "rigup-bench", "rigup-report"])
+def test_a_host_without_doctor_json_gets_a_message_not_a_traceback(tmp_path, command):
+    """Before a converge there is no doctor.json: each command says so and what to run, exit 2.
+    The commands run as installed: bin/ beside lib/ holding the host libraries."""
+    import shutil
+    import subprocess
+    import sys
+
+    from roles.doctor import LIBRARIES
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "lib").mkdir()
+    for name, src in LIBRARIES.items():
+        (tmp_path / "lib" / (name if src.is_dir() else f"{name}.py")).symlink_to(src)
+    script = tmp_path / "bin" / command
+    shutil.copy(FIXTURES.parents[1] / "files" / "doctor" / command, script)
+    absent = tmp_path / "etc" / "doctor.json"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--config", str(absent)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (
+        f"{command}: {absent} does not exist: rigup has not converged this host yet" in proc.stderr
+    )

@@ -139,3 +139,21 @@ def test_place_of_patterns_into_an_existing_empty_directory_places_the_model(mir
     assert rc == 0, err
     assert out["status"] == "placed"
     _placed_shard_is_the_locks(dest, files)
+
+
+def test_a_record_naming_a_path_outside_the_model_is_ignored(mirror):
+    """A record is data from disk: a dest outside the partial area is neither trusted nor
+    touched, even from the same origin (an unpinned manifest, whose files come from patterns)."""
+    tmp, files, _ = mirror
+    dest = tmp / "store" / "tiny" / "label-1"
+    partial = dest.parent / ".label-1.partial"
+    partial.mkdir(parents=True)
+    outside = tmp / "store" / "keep.bin"
+    outside.write_bytes(b"k" * 8)
+    origin = f"local:{files['config.json'].parent}"
+    bad = {"dest": "../../keep.bin", "path": "x", "size": 8, "sha256": "0" * 64, "from": origin}
+    (partial / ".rigup-verified.jsonl").write_text(json.dumps(bad) + "\n")
+    rc, out, err = _place(_manifest_file(tmp), dest, tmp / "mirror")
+    assert rc == 0, err
+    assert outside.read_bytes() == b"k" * 8, "a file outside the model was removed"
+    _placed_shard_is_the_locks(dest, files)

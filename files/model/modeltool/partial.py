@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from modeltool.hashing import sha256_file
 from modeltool.layout import (
@@ -117,18 +117,26 @@ def verified_before(partial: Path, origin: str, manifest: dict) -> dict[str, dic
         return out
     is_pinned = pinned(manifest)
     want = {f["dest"]: f.get("sha256") for f in manifest["files"]}
+    latest: dict[str, dict] = {}  # a file verified twice: its last record counts
     for line in lines:
         try:
             entry = json.loads(line)
             dest, size, sha = entry["dest"], entry["size"], entry["sha256"]
         except (ValueError, KeyError, TypeError):
             continue  # a line cut short by an interruption: that file is transferred again
+        rel = PurePosixPath(dest) if isinstance(dest, str) else None
+        if rel is None or rel.is_absolute() or ".." in rel.parts or (want and dest not in want):
+            continue  # not a file of this model
+        if isinstance(size, int) and isinstance(sha, str):
+            latest[dest] = entry
+    for dest, entry in latest.items():
+        sha = entry["sha256"]
         if is_pinned and want.get(dest) != sha:
             continue  # not hashed against this lock
         if not is_pinned and entry.get("from") != origin:
             continue
         final = partial / dest
-        if not final.is_file() or final.stat().st_size != size:
+        if not final.is_file() or final.stat().st_size != entry["size"]:
             continue
         now = fingerprint(final)
         if entry.get("stat") != now:
@@ -137,7 +145,6 @@ def verified_before(partial: Path, origin: str, manifest: dict) -> dict[str, dic
             if got != sha:
                 say(f"{dest}: sha256 {got}, {sha} expected: transferring it again")
                 final.unlink()
-                out.pop(dest, None)
                 continue
             now = fingerprint(final)
         out[dest] = {**entry, "stat": now}

@@ -51,8 +51,8 @@ say which synthesizer answered (``"synthesizer"``, header ``X-Synthesizer``).
 Either way the model directory is checked at start: ``config.json`` must say
 ``"architecture": "voxcpm2"`` (how voxcpm 2.0.3 picks VoxCPM2Model); otherwise exit 2.
 
-The synthesizers are in voxcpm_synth.py and the audio encoding in voxcpm_audio.py, installed
-beside this script.
+The synthesizers are in voxcpm_synth.py, the audio encoding in voxcpm_audio.py and the
+streamed answer in voxcpm_stream.py, installed beside this script.
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ import argparse
 import json
 import logging
 import os
-import queue
 import re
 import sys
 import threading
@@ -70,8 +69,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import anyio.to_thread
-import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -82,10 +79,11 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # imported by its path (tests): its modules are beside it
     sys.path.insert(0, _HERE)
 
-from voxcpm_audio import FORMATS, StreamEncoder  # noqa: E402
+from voxcpm_audio import FORMATS  # noqa: E402
 from voxcpm_audio import PCM_SAMPLE_RATE as PCM_SAMPLE_RATE  # noqa: E402
 from voxcpm_audio import mono_float as mono_float  # noqa: E402
 from voxcpm_audio import output_rate as output_rate  # noqa: E402
+from voxcpm_stream import SpeechStream, StreamFailed  # noqa: E402
 from voxcpm_synth import Synthesizer, ToneTestDouble, VoxCPM2Synthesizer  # noqa: E402
 
 log = logging.getLogger("voxcpm_server")
@@ -255,113 +253,6 @@ def resolve_voice(
     )
 
 
-_END = object()  # what the producer puts last on a SpeechStream's queue
-
-
-class EncodingFailed(Exception):
-    """FFmpeg refused the audio (e.g. a rate no encoder takes); ``cause`` is its error."""
-
-    def __init__(self, response_format: str, cause: Exception):
-        super().__init__(f"encoding as {response_format} failed: {type(cause).__name__}: {cause}")
-
-
-class SpeechStream:
-    """One answer of /v1/audio/speech, sent as it is made: a producer thread holds the GPU lock
-    (one synthesis at a time), takes each chunk from the synthesizer's ``synthesize_stream``,
-    encodes it (:class:`voxcpm_audio.StreamEncoder`) and queues the bytes; the response sends
-    them as they come.
-
-    :meth:`start` waits for the first bytes, so a synthesis or encoding that fails before any
-    audio exists is still an error answer (:class:`ApiError`, 500). A failure after that can
-    only cut the response short: it is logged and the connection closed, and the client sees an
-    incomplete body. A client that goes away stops the synthesis at its next chunk.
-    """
-
-    def __init__(self, synthesizer, lock, text, reference, response_format):
-        self.synthesizer, self.lock = synthesizer, lock
-        self.text, self.reference, self.response_format = text, reference, response_format
-        self.out_rate = 0
-        self.first_audio_s = 0.0
-        self._queue: queue.Queue = queue.Queue()
-        self._stopped = threading.Event()
-
-    def _produce(self) -> None:
-        started = time.monotonic()
-        sent = False
-        with self.lock:
-            chunks = iter(())
-            try:
-                chunks = self.synthesizer.synthesize_stream(self.text, self.reference)
-                encoder = self._encoding(
-                    StreamEncoder, self.response_format, self.synthesizer.sample_rate
-                )
-                self.out_rate = encoder.out_rate
-                for chunk in chunks:
-                    if np.asarray(chunk).size == 0:
-                        continue  # a step that made no samples
-                    data = self._encoding(encoder.feed, mono_float(chunk))
-                    if data or not sent:
-                        if not sent:
-                            self.first_audio_s = time.monotonic() - started
-                        self._queue.put(data)
-                        sent = True
-                    if self._stopped.is_set():
-                        log.info("client gone: synthesis stopped after %.1f s of audio",
-                                 encoder.samples_in / encoder.rate)  # fmt: skip
-                        return
-                if not sent:
-                    raise ValueError("the synthesizer returned no audio")
-                self._queue.put(self._encoding(encoder.close))
-                log.info(
-                    "%s: %.2f s of audio in %.2f s (first audio after %.2f s)",
-                    self.response_format,
-                    encoder.samples_in / encoder.rate,
-                    time.monotonic() - started,
-                    self.first_audio_s,
-                )
-            except Exception as e:
-                what = "encoding" if isinstance(e, EncodingFailed) else "synthesis"
-                log.exception(f"{what} failed" + (" after audio was sent" if sent else ""))
-                self._queue.put(e)
-            finally:
-                close = getattr(chunks, "close", None)
-                if close:
-                    close()
-                self._queue.put(_END)
-
-    def _encoding(self, step, *args):
-        try:
-            return step(*args)
-        except Exception as e:
-            raise EncodingFailed(self.response_format, e) from e
-
-    def start(self) -> bytes:
-        """Start the synthesis; the first bytes. Raises :class:`ApiError` (500) when it fails
-        before any audio."""
-        threading.Thread(target=self._produce, name="synthesize", daemon=True).start()
-        first = self._queue.get()
-        if isinstance(first, EncodingFailed):
-            raise ApiError(500, str(first)) from None
-        if isinstance(first, Exception):
-            raise ApiError(500, f"synthesis failed: {type(first).__name__}: {first}") from None
-        return first
-
-    async def body(self, first: bytes):
-        """The response body: ``first``, then each piece as the producer queues it."""
-        try:
-            yield first
-            while True:
-                item = await anyio.to_thread.run_sync(self._queue.get)
-                if item is _END:
-                    return
-                if isinstance(item, Exception):
-                    raise RuntimeError("synthesis failed after audio was sent") from item
-                if item:
-                    yield item
-        finally:
-            self._stopped.set()
-
-
 def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_background=True):
     """The FastAPI app. ``load_in_background``: start loading the synthesizer in a thread when
     the app starts (the service); tests may call ``app.state.load()`` themselves."""
@@ -514,7 +405,10 @@ def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_backgrou
             raise ApiError(status, why, code=f"model_{state.status}")
 
         stream = SpeechStream(synthesizer, generate_lock, text, reference, body.response_format)
-        first = stream.start()  # raises ApiError (500) when no audio could be made
+        try:
+            first = stream.start()
+        except StreamFailed as e:  # no audio could be made: still an error answer
+            raise ApiError(500, str(e)) from None
         return StreamingResponse(
             stream.body(first),
             media_type=FORMATS[body.response_format].media_type,

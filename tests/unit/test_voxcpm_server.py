@@ -466,11 +466,11 @@ def test_synthesis_error_is_a_500_in_openai_shape(model_dir):
 
 
 def test_encoding_error_is_a_500_naming_the_format(model_dir, monkeypatch):
-    class Refusing(srv.StreamEncoder):
+    class Refusing(sys.modules["voxcpm_audio"].StreamEncoder):
         def feed(self, waveform):
             raise ValueError("no encoder")
 
-    monkeypatch.setattr(srv, "StreamEncoder", Refusing)
+    monkeypatch.setattr(sys.modules["voxcpm_stream"], "StreamEncoder", Refusing)
     r = make_client(model_dir, srv.ToneTestDouble()).post(
         "/v1/audio/speech", json={"input": "x", "response_format": "opus"}
     )

@@ -68,12 +68,16 @@ class VoxCPM2Synthesizer:
 
     def synthesize_stream(self, text: str, reference_wav: str | None) -> Iterator[np.ndarray]:
         """voxcpm's ``generate_streaming`` (voxcpm 2.0.3, voxcpm/core.py): a chunk per
-        generation step, as the model decodes it."""
+        generation step, as the model decodes it. voxcpm retries a bad case (audio far longer
+        than its text) only when not streaming (model/voxcpm.py turns ``retry_badcase`` off, with
+        a warning, in streaming mode): it is passed off here, since sent audio cannot be taken
+        back; ``max_len`` still bounds a runaway generation."""
         return self._model.generate_streaming(
             text=text,
             reference_wav_path=reference_wav,
             cfg_value=self.cfg_value,
             inference_timesteps=self.steps,
+            retry_badcase=False,
         )
 
 

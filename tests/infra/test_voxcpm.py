@@ -117,20 +117,23 @@ def test_venv_matches_lock(host, paths, vp):
 
 def test_voxcpm_api_the_server_calls_exists(host, vp):
     """The server calls voxcpm 2.0.3's VoxCPM(voxcpm_model_path=, zipenhancer_model_path=,
-    enable_denoiser=, optimize=, device=) and .generate(text=, reference_wav_path=, cfg_value=,
-    inference_timesteps=): check those names against the installed package's signatures."""
+    enable_denoiser=, optimize=, device=) and .generate / .generate_streaming(text=,
+    reference_wav_path=, cfg_value=, inference_timesteps=, retry_badcase=): check those names
+    against the installed package's signatures."""
     code = (
         "import inspect, json; from voxcpm import VoxCPM; "
         "print(json.dumps([list(inspect.signature(VoxCPM.__init__).parameters), "
-        "list(inspect.signature(VoxCPM._generate).parameters)]))"
+        "list(inspect.signature(VoxCPM._generate).parameters), "
+        "hasattr(VoxCPM, 'generate_streaming')]))"
     )
     out = host.run(f"{vp.python} -c {shlex.quote(code)}")
     assert out.rc == 0, f"voxcpm does not import in {vp.venv}: {out.stderr[-800:]}"
-    init, generate = json.loads(out.stdout.strip().splitlines()[-1])
+    init, generate, streaming = json.loads(out.stdout.strip().splitlines()[-1])
+    assert streaming, "VoxCPM has no generate_streaming: the server streams through it"
     for name in ("voxcpm_model_path", "zipenhancer_model_path", "enable_denoiser", "optimize"):
         assert name in init, f"VoxCPM.__init__ has no {name!r}: {init}"
     assert "device" in init, init
-    for name in ("text", "reference_wav_path", "cfg_value", "inference_timesteps"):
+    for name in ("text", "reference_wav_path", "cfg_value", "inference_timesteps", "retry_badcase"):
         assert name in generate, f"VoxCPM.generate has no {name!r}: {generate}"
 
 

@@ -91,7 +91,9 @@ def fingerprint(path: Path) -> dict:
     """What proves a file unchanged since it was hashed, from ``os.stat``: device, inode, size,
     mtime_ns and ctime_ns. Writing to a file, or setting its mtime back with ``os.utime``, moves
     its ctime, which no system call sets back (stat(2), "st_ctime"); another file at the path has
-    another inode."""
+    another inode. The kernel stamps ctime from its coarse clock (a tick of a few ms): a write
+    within the tick the file was fingerprinted in, size and mtime put back, would go unseen; the
+    partial area is root's, and nothing but this tool writes there."""
     st = path.stat()
     return {
         "dev": st.st_dev,

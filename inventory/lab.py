@@ -14,6 +14,7 @@ import os
 
 from lab.comfyui_lab import (
     LAB_COMFYUI_MIRROR,
+    LAB_COMFYUI_RELEASE,
     comfyui_mirror,
     lab_comfyui_commit,
     lab_comfyui_port,
@@ -72,6 +73,7 @@ lab = [
             # its tests skip, saying so; the mode targets are converged and switched either way.
             "comfyui_install": comfyui_mirror() is not None,
             "comfyui_git_url": LAB_COMFYUI_MIRROR,
+            "comfyui_release": LAB_COMFYUI_RELEASE,  # the shipped lock, whose commit the mirror holds
             # the pinned commit, or the lab's own commit on top of it when the mirror lacks blobs
             **({"comfyui_commit": _comfyui_commit} if _comfyui_commit else {}),
             "comfyui_cpu": True,  # --cpu: the lab has no GPU

@@ -7,7 +7,6 @@ machine (lab machines share the controller's network).
 from __future__ import annotations
 
 import os
-import runpy
 import subprocess
 import tempfile
 import time
@@ -20,8 +19,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: Where the lab keeps its git mirror of ComfyUI (inventory/lab.py points comfyui_git_url here).
 LAB_COMFYUI_MIRROR = "/srv/mirror/ComfyUI.git"
+#: The ComfyUI release the lab runs: the shipped lock (files/comfyui/releases/v0.8.0.toml), whose
+#: commit the lab's mirror holds. Not the default comfyui_release: the lab places no ComfyUI models
+#: (comfyui_models = []), and the default is a release its first run on a rig locks, which needs
+#: the git remote the lab has no way to reach.
+LAB_COMFYUI_RELEASE = "v0.8.0"
 #: Controller-side environment variable naming a git mirror of ComfyUI (a bare repository that
-#: holds the commit of comfyui_release). Without it the lab leaves ComfyUI out (comfyui_install = False) and
+#: holds the commit of LAB_COMFYUI_RELEASE). Without it the lab leaves ComfyUI out (comfyui_install = False) and
 #: its tests skip, saying so.
 COMFYUI_MIRROR_ENV = "RIGUP_COMFYUI_MIRROR"
 
@@ -102,8 +106,7 @@ def seed(machine: LabMachine) -> StepResult:
         return StepResult("comfyui src", 0, 0.0, {"skipped": why})
     from roles.comfyui.release import load_release
 
-    group = runpy.run_path(str(REPO / "inventory" / "group_data" / "all.py"))
-    base = load_release(group["comfyui_release"], group["comfyui_lock_dir"]).commit
+    base = load_release(LAB_COMFYUI_RELEASE).commit
     git_dir = mirror / ".git" if (mirror / ".git").is_dir() else mirror
     with tempfile.TemporaryDirectory(prefix="rigup-comfyui-") as tmp:
         objects = Path(tmp) / "objects"

@@ -33,7 +33,9 @@ What VoxCPM2 does with them (voxcpm 2.0.3, ``VoxCPM.generate`` in voxcpm/core.py
   "mp3" (the default, as OpenAI's), "opus" (Ogg), "aac" (ADTS), "flac", "wav" (16-bit PCM) at
   the model's rate (48 kHz; Opus at 48 kHz, its own rate), and "pcm": raw signed 16-bit
   little-endian mono at 24 kHz, as OpenAI's pcm (resampled by FFmpeg's swresample). The
-  ``X-Sample-Rate`` header gives the rate of the audio sent.
+  ``X-Sample-Rate`` header gives the rate of the audio sent. The answer is streamed as it is
+  synthesized and encoded (:class:`SpeechStream`; ``X-First-Audio-Seconds``: the time to the
+  first audio): headers that would carry the length say "unknown" (WAV, FLAC).
 - ``speed``: VoxCPM2 has no speed control; only 1.0 is accepted (use ``instructions``).
 Errors use OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad
 request, 404 for an unknown model, 503 (with Retry-After) while loading, 500 if synthesis fails.
@@ -49,8 +51,8 @@ say which synthesizer answered (``"synthesizer"``, header ``X-Synthesizer``).
 Either way the model directory is checked at start: ``config.json`` must say
 ``"architecture": "voxcpm2"`` (how voxcpm 2.0.3 picks VoxCPM2Model); otherwise exit 2.
 
-The synthesizers are in voxcpm_synth.py and the audio encoding in voxcpm_audio.py, installed
-beside this script.
+The synthesizers are in voxcpm_synth.py, the audio encoding in voxcpm_audio.py and the
+streamed answer in voxcpm_stream.py, installed beside this script.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -77,9 +79,11 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # imported by its path (tests): its modules are beside it
     sys.path.insert(0, _HERE)
 
-from voxcpm_audio import FORMATS, encode, mono_float  # noqa: E402
+from voxcpm_audio import FORMATS  # noqa: E402
 from voxcpm_audio import PCM_SAMPLE_RATE as PCM_SAMPLE_RATE  # noqa: E402
+from voxcpm_audio import mono_float as mono_float  # noqa: E402
 from voxcpm_audio import output_rate as output_rate  # noqa: E402
+from voxcpm_stream import SpeechStream, StreamFailed  # noqa: E402
 from voxcpm_synth import Synthesizer, ToneTestDouble, VoxCPM2Synthesizer  # noqa: E402
 
 log = logging.getLogger("voxcpm_server")
@@ -400,32 +404,19 @@ def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_backgrou
             )
             raise ApiError(status, why, code=f"model_{state.status}")
 
-        started = time.monotonic()
-        with generate_lock:
-            try:
-                audio = mono_float(synthesizer.synthesize(text, reference))
-                rate = synthesizer.sample_rate
-            except Exception as e:
-                log.exception("synthesis failed")
-                raise ApiError(500, f"synthesis failed: {type(e).__name__}: {e}") from None
-        synthesized = time.monotonic()
+        stream = SpeechStream(synthesizer, generate_lock, text, reference, body.response_format)
         try:
-            payload, payload_rate = encode(audio, rate, body.response_format)
-        except Exception as e:  # FFmpeg refusing the audio (e.g. a rate no encoder takes)
-            log.exception("encoding as %s failed", body.response_format)
-            raise ApiError(
-                500, f"encoding as {body.response_format} failed: {type(e).__name__}: {e}"
-            ) from None
-        return Response(
-            payload,
+            first = stream.start()
+        except StreamFailed as e:  # no audio could be made: still an error answer
+            raise ApiError(500, str(e)) from None
+        return StreamingResponse(
+            stream.body(first),
             media_type=FORMATS[body.response_format].media_type,
             headers={
                 "X-Synthesizer": synthesizer.name,
                 "X-Voice": voice,
-                "X-Sample-Rate": str(payload_rate),
-                "X-Audio-Seconds": f"{audio.size / rate:.3f}",
-                "X-Synthesis-Seconds": f"{synthesized - started:.3f}",
-                "X-Encoding-Seconds": f"{time.monotonic() - synthesized:.3f}",
+                "X-Sample-Rate": str(stream.out_rate),
+                "X-First-Audio-Seconds": f"{stream.first_audio_s:.3f}",
             },
         )
 

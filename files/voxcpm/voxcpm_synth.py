@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 from typing import Protocol
 
 import numpy as np
 
 #: VoxCPM2's output rate (voxcpm 2.0.3 README: "48kHz"); the real model reports its own.
 VOXCPM2_SAMPLE_RATE = 48_000
+#: the test double's tone per input character (testinfra reads it to know the length to expect)
+TEST_DOUBLE_SECONDS_PER_CHAR = 0.05
 
 
 class Synthesizer(Protocol):
@@ -23,6 +26,10 @@ class Synthesizer(Protocol):
 
     def synthesize(self, text: str, reference_wav: str | None) -> np.ndarray:
         """Mono waveform, float32 in [-1, 1], at ``sample_rate``."""
+        ...
+
+    def synthesize_stream(self, text: str, reference_wav: str | None) -> Iterator[np.ndarray]:
+        """The same waveform in chunks, each yielded as soon as it is made."""
         ...
 
 
@@ -59,18 +66,34 @@ class VoxCPM2Synthesizer:
             inference_timesteps=self.steps,
         )
 
+    def synthesize_stream(self, text: str, reference_wav: str | None) -> Iterator[np.ndarray]:
+        """voxcpm's ``generate_streaming`` (voxcpm 2.0.3, voxcpm/core.py): a chunk per
+        generation step, as the model decodes it. voxcpm retries a bad case (audio far longer
+        than its text) only when not streaming (model/voxcpm.py turns ``retry_badcase`` off, with
+        a warning, in streaming mode): it is passed off here, since sent audio cannot be taken
+        back; ``max_len`` still bounds a runaway generation."""
+        return self._model.generate_streaming(
+            text=text,
+            reference_wav_path=reference_wav,
+            cfg_value=self.cfg_value,
+            inference_timesteps=self.steps,
+            retry_badcase=False,
+        )
+
 
 class ToneTestDouble:
     """TEST DOUBLE standing in for VoxCPM2 where the model cannot run (no weights, no GPU).
 
     Loads nothing (waits ``load_seconds`` so readiness can be observed before and after "load")
-    and returns a deterministic 440 Hz tone, 50 ms per input character (at most 30 s), at 48 kHz.
+    and returns a deterministic 440 Hz tone, 50 ms per input character (at most 30 s), at 48 kHz;
+    streamed in chunks of ``chunk_seconds``.
     """
 
     name = "test-double"
     sample_rate = VOXCPM2_SAMPLE_RATE
-    seconds_per_char = 0.05
+    seconds_per_char = TEST_DOUBLE_SECONDS_PER_CHAR
     max_seconds = 30.0
+    chunk_seconds = 0.2
 
     def __init__(self, load_seconds: float = 0.0):
         self.load_seconds = load_seconds
@@ -82,3 +105,9 @@ class ToneTestDouble:
         seconds = min(self.max_seconds, self.seconds_per_char * len(text))
         t = np.arange(int(seconds * self.sample_rate), dtype=np.float32) / self.sample_rate
         return (0.3 * np.sin(2 * math.pi * 440.0 * t)).astype(np.float32)
+
+    def synthesize_stream(self, text: str, reference_wav: str | None) -> Iterator[np.ndarray]:
+        audio = self.synthesize(text, reference_wav)
+        step = max(1, int(self.chunk_seconds * self.sample_rate))
+        for start in range(0, audio.size, step):
+            yield audio[start : start + step]

@@ -246,14 +246,16 @@ comfyui_git_url = "https://github.com/comfyanonymous/ComfyUI.git"
 # The ComfyUI release (a tag of comfyui_git_url). Its lock, files/comfyui/releases/<tag>.toml and
 # <tag>.requirements.lock, pins the commit and every package; a release without a lock is locked
 # by its first run on a rig that reaches the git remote (the run names the files: commit them).
-# v0.8.0 ("ComfyUI v0.8.0", 2026-01-07) is the newest release this repo could verify from a mirror.
-# The FLUX.2 Dev nodes need >= 0.3.71 (Comfy-Org workflow templates); the LTX-2.3 templates were
-# saved with core nodes up to 0.22.0: set a newer release before serving LTX-2.3.
-comfyui_release = "v0.8.0"
+# v0.45.2 (2026-11-12, docs.comfy.org/changelog) is the newest release ComfyUI's changelog lists
+# here; no commit of it could be read from this repo's side, so its first run locks it.
+# It must run every manifest of comfyui_models: each states the oldest release that loads it
+# (comfyui_min_release: FLUX.2 Dev v0.3.72, LTX-2.3 v0.16.1, Comfy-Org/ComfyUI#12773), and an
+# older release is refused before any change. v0.8.0 (locked here) runs FLUX.2 Dev only.
+comfyui_release = "v0.45.2"
 comfyui_commit = ""  # "" = the release lock's commit; a commit of one's own mirror (the lab)
 comfyui_lock_dir = ""  # "" = files/comfyui/releases; where release locks are, on the controller
 comfyui_user = "comfyui"  # non-root service user; owns comfyui_base_dir
-comfyui_python = "python3"  # interpreter for the venv; ComfyUI v0.8.0: requires-python >=3.10
+comfyui_python = "python3"  # interpreter for the venv; ComfyUI: requires-python >=3.10
 comfyui_host = "127.0.0.1"  # loopback by default (--listen); ComfyUI has no authentication
 # ComfyUI has no authentication: whoever reaches its port runs workflows, reads every output and
 # input, and with ComfyUI-Manager installs code. A comfyui_host that is not loopback is refused

@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from roles.comfyui.release import TAG, ReleaseError, load_release
+from packaging.version import InvalidVersion, Version
+
+from roles.comfyui.release import TAG, Release, ReleaseError, load_release
 from roles.common.checks import (
     GIT_COMMIT,
     UNIX_NAME,
@@ -36,6 +38,7 @@ from roles.common.setting import (
     setting,
 )
 from roles.common.urls import is_loopback
+from roles.model.manifest import ManifestError, load_manifest, release_version
 from roles.model.settings import manifest_list
 
 #: ComfyUI flags rigup sets from its own settings (roles/comfyui/flags.py; flag -> setting), so
@@ -114,6 +117,33 @@ def release_usable(values: Mapping[str, Any]) -> list[str]:
     return []
 
 
+def commit_needs_lock(values: Mapping[str, Any]) -> list[str]:
+    """comfyui_commit replaces the commit of a release lock, so the release must have one."""
+    try:
+        release = load_release(values["comfyui_release"], values["comfyui_lock_dir"])
+    except ReleaseError:
+        return []  # release_usable reports it
+    if not release.locked and values["comfyui_commit"]:
+        return [
+            f"comfyui_commit: {values['comfyui_commit']} replaces the commit of a release lock, "
+            f"and comfyui_release {release.tag} has none yet ({release.lock_file}); converge once "
+            "without comfyui_commit on a rig that reaches the git remote to lock the release"
+        ]
+    return []
+
+
+def models_fit_release(values: Mapping[str, Any]) -> list[str]:
+    """Every manifest of comfyui_models must load in the release
+    (:func:`models_the_release_cannot_load`); nothing to check without comfyui_install."""
+    try:
+        release = load_release(values["comfyui_release"], values["comfyui_lock_dir"])
+    except ReleaseError:
+        return []  # release_usable reports it
+    if not values["comfyui_install"]:
+        return []
+    return models_the_release_cannot_load(release, values["comfyui_models"])
+
+
 def network_needs_opt_in(values: Mapping[str, Any]) -> list[str]:
     """comfyui_host beyond loopback only with comfyui_allow_network_without_auth (ComfyUI has no
     authentication)."""
@@ -148,10 +178,59 @@ def extra_args_allowed(values: Mapping[str, Any]) -> list[str]:
 
 
 #: The rules over several ComfyUI keys, each run on its own (roles.common.setting.each_rule).
-CONSISTENCY = (release_usable, network_needs_opt_in, extra_args_allowed)
+CONSISTENCY = (
+    release_usable,
+    commit_needs_lock,
+    models_fit_release,
+    network_needs_opt_in,
+    extra_args_allowed,
+)
 
 
 def consistency(values: Mapping[str, Any]) -> list[str]:
     """Problems of the rules over several ComfyUI keys (:data:`CONSISTENCY`); a rule that reads a
     key that failed its own check is skipped."""
     return each_rule(values, CONSISTENCY)
+
+
+def release_version_of(release: Release) -> Version | None:
+    """The ComfyUI version ``release`` runs: its lock's ``version``, else (not locked yet) the
+    version its tag names (:func:`roles.model.manifest.release_version`); None when neither
+    names one (a tag of one's own)."""
+    if release.version:
+        try:
+            return Version(release.version)
+        except InvalidVersion:
+            return None
+    return release_version(release.tag)
+
+
+def models_the_release_cannot_load(release: Release, models: list[str]) -> list[str]:
+    """A problem, naming ``comfyui_release`` and the ``comfyui_models`` entry, for each manifest
+    whose ``comfyui_min_release`` is newer than the release, or whose minimum cannot be compared
+    with a release that names no version. Manifests that do not load are reported by the
+    ``comfyui_models`` rule itself (roles/model/settings.py) and skipped here."""
+    problems = []
+    have = release_version_of(release)
+    for ref in models:
+        try:
+            manifest = load_manifest(ref)
+        except ManifestError:
+            continue
+        need = manifest.comfyui_min_release
+        if need is None:
+            continue
+        if have is None:
+            problems.append(
+                f"comfyui_release: {release.tag} names no ComfyUI version, and comfyui_models "
+                f"entry {ref!r} needs ComfyUI {need} or newer ({manifest.source_file}); set a "
+                "release tag of ComfyUI (vX.Y.Z) or remove the entry"
+            )
+        elif have < release_version(need):
+            problems.append(
+                f"comfyui_release: ComfyUI {have} ({release.tag}) cannot load comfyui_models "
+                f"entry {ref!r}: it needs {need} or newer ({manifest.comfyui_min_release_source}; "
+                f"{manifest.source_file}). Set comfyui_release to {need} or newer, or remove "
+                "the entry"
+            )
+    return problems

@@ -43,13 +43,15 @@ from roles.vllm.paths import VllmPaths
 
 
 def model_record(llm: PlacedModel) -> dict[str, str]:
-    """What the report says about the served checkpoint."""
+    """What the report says about the served checkpoint: name, revision, repo_id, state, commit
+    (the manifest's or its lock's; "" when unpinned) and description."""
     m = llm.manifest
     return {
         "name": llm.name,
         "revision": llm.revision,
         "repo_id": m.repo_id,
         "state": m.state,
+        "commit": m.commit or "",
         "description": m.description,
     }
 

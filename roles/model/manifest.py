@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
 from pyinfra.api.exceptions import DeployError
 
 MANIFEST_DIR = Path(__file__).resolve().parents[2] / "files" / "model" / "manifests"
@@ -41,6 +42,8 @@ _TOP_KEYS = {
     "include",
     "exclude",
     "files",
+    "comfyui_min_release",
+    "comfyui_min_release_source",
 }
 _FILE_KEYS = {"path", "size", "sha256", "dest"}
 _LOCK_KEYS = {"format", "name", "repo_id", "ref", "commit", "include", "exclude", "files"}
@@ -86,6 +89,8 @@ class Manifest:
     source_file: str = ""
     commit: str | None = None
     lock_file: str = ""
+    comfyui_min_release: str | None = None
+    comfyui_min_release_source: str = ""
 
     @property
     def locked(self) -> bool:
@@ -243,6 +248,20 @@ def parse_manifest(
     include = _patterns(raw, "include", ("*",), problems)
     exclude = _patterns(raw, "exclude", (), problems)
     files = _files(raw, problems)
+    min_release = raw.get("comfyui_min_release")
+    min_source = raw.get("comfyui_min_release_source", "")
+    if min_release is not None and release_version(min_release) is None:
+        problems.append(
+            "comfyui_min_release: must be a ComfyUI release tag such as v0.16.1, got "
+            f"{min_release!r}"
+        )
+    if min_release is not None and (not isinstance(min_source, str) or not min_source.strip()):
+        problems.append(
+            "comfyui_min_release_source: say where the oldest release that loads the model is "
+            "stated (a pull request, release notes, a template)"
+        )
+    elif min_release is None and "comfyui_min_release_source" in raw:
+        problems.append("comfyui_min_release_source: given without comfyui_min_release")
 
     if state == "locked":
         if isinstance(revision, str) and not _COMMIT.match(revision):
@@ -273,7 +292,20 @@ def parse_manifest(
         files=files,
         source_file=source,
         commit=revision if state == "locked" else None,
+        comfyui_min_release=min_release,
+        comfyui_min_release_source=min_source if min_release is not None else "",
     )
+
+
+def release_version(tag: Any) -> Version | None:
+    """The version a ComfyUI release tag names (``v0.16.1`` -> ``Version("0.16.1")``; ComfyUI
+    tags are ``v`` + its ``pyproject.toml`` version), or None for a tag that names none."""
+    if not isinstance(tag, str) or not tag.startswith("v"):
+        return None
+    try:
+        return Version(tag[1:])
+    except InvalidVersion:
+        return None
 
 
 def lock_path(manifest_file: str | Path, lock_dir: str = "") -> Path:

@@ -7,8 +7,8 @@ Settings: every ``voxcpm_*`` key (rules in roles/voxcpm/settings.py). What it co
   docs/voxcpm.md);
 - the venv from files/voxcpm/requirements.lock (voxcpm==2.0.3 and every dependency, hashed);
 - the VoxCPM2 checkpoint placed from its manifest (files/model/manifests/voxcpm2.toml);
-- rigup's HTTP server (files/voxcpm/voxcpm_server.py, with its modules voxcpm_synth.py and
-  voxcpm_audio.py beside it), its env file (0640), its API key (0600,
+- rigup's HTTP server (files/voxcpm/voxcpm_server.py, with its modules beside it:
+  roles/voxcpm/settings.py SERVER_MODULES), its env file (0640), its API key (0600,
   from ``$voxcpm_api_key_env`` on the controller; required beyond loopback) and
   ``voxcpm.service`` (hardened, loopback by default, part of the media mode).
 """
@@ -34,11 +34,9 @@ from roles.nvidia.layer import NvidiaLayer
 from roles.voxcpm.paths import UNIT, VoxcpmPaths
 from roles.voxcpm.python import PythonVersion, managed_python_installed
 from roles.voxcpm.service import exec_start, server_args, service_env, start_decision
-from roles.voxcpm.settings import SERVICE_KEYS, VoxcpmSettings
+from roles.voxcpm.settings import SERVER_MODULES, SERVICE_KEYS, VoxcpmSettings
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "voxcpm"
-#: The speech server's modules, installed beside it (files/voxcpm): file -> what it holds.
-SERVER_MODULES = {"voxcpm_synth.py": "synthesizers", "voxcpm_audio.py": "audio encoding"}
 #: The variable the speech server reads its API key from (files/voxcpm/voxcpm_server.py).
 API_KEY_VARIABLE = "VOXCPM_API_KEY"
 

@@ -37,8 +37,14 @@ from roles.model.settings import manifest_ref
 FILES = Path(__file__).resolve().parents[2] / "files" / "voxcpm"
 LOCK = FILES / "requirements.lock"
 SERVER = FILES / "voxcpm_server.py"
-#: the server's own modules beside it (synthesizers, audio encoding)
-SERVER_PARTS = (SERVER, FILES / "voxcpm_synth.py", FILES / "voxcpm_audio.py")
+#: The speech server's modules, installed beside it (files/voxcpm): file -> what it holds.
+SERVER_MODULES = {
+    "voxcpm_synth.py": "synthesizers",
+    "voxcpm_audio.py": "audio encoding",
+    "voxcpm_stream.py": "streamed answers",
+}
+#: the server and its modules
+SERVER_PARTS = (SERVER, *(FILES / name for name in SERVER_MODULES))
 
 
 def server_constant(name: str) -> Any:

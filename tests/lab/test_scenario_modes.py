@@ -248,7 +248,14 @@ def test_a_comfyui_release_is_locked_by_its_first_run(converged, tmp_path):
     converged.ssh(_TEST_RELEASES)
     repo = "/srv/mirror/comfyui-test.git"
     tagged = converged.ssh(f"git -C {repo} rev-parse 'v1.1^{{commit}}'").stdout.strip()
-    data = [f"comfyui_git_url={repo}", "comfyui_release=v1.1", f"comfyui_lock_dir={tmp_path}"]
+    # comfyui_commit= : with a ComfyUI mirror the lab pins its own commit of its own release,
+    # which a release without a lock refuses (roles/comfyui/settings.py)
+    data = [
+        f"comfyui_git_url={repo}",
+        "comfyui_release=v1.1",
+        f"comfyui_lock_dir={tmp_path}",
+        "comfyui_commit=",
+    ]
     args = [a for d in data for a in ("--data", d)]
     deploy = "tests/lab/deploys/comfyui_release.py"
     try:

@@ -125,6 +125,7 @@ def test_git_checkout_fact():
 MANIFEST_KEYS = {
     "format", "name", "description", "state", "repo_id", "ref", "revision", "gated",
     "modelscope_id", "modelscope_revision", "include", "exclude", "files",
+    "comfyui_min_release", "comfyui_min_release_source",
 }  # fmt: skip
 
 
@@ -150,6 +151,8 @@ def test_comfyui_manifest_follows_the_format(name):
     assert set(m) <= MANIFEST_KEYS, set(m) - MANIFEST_KEYS
     assert m["format"] == 1 and m["name"] == name
     assert m["repo_id"].count("/") == 1
+    # each ComfyUI manifest states the oldest release that loads it, and where that is stated
+    assert m["comfyui_min_release"].startswith("v0.") and m["comfyui_min_release_source"]
     # nothing here reaches Hugging Face: no invented commit or hash
     assert m["state"] == "unpinned" and not all(c in "0123456789abcdef" for c in m["revision"])
     dests = [f["dest"] for f in m["files"]]

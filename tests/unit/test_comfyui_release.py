@@ -1,5 +1,6 @@
 """ComfyUI releases (roles/comfyui/release.py): a tag pinned by its lock, the shipped v0.8.0
-lock, locks that cannot be used, and the lock a first run writes."""
+lock, locks that cannot be used, the lock a first run writes, and the release each model
+manifest needs (comfyui_min_release, roles/comfyui/settings.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from roles.comfyui.release import RELEASES, ReleaseError, load_release, lock_tex
 COMMIT = "fc0cb10bcbee6e73ed3caf34c27f7bde4559a07f"
 
 
-def test_the_shipped_release_is_locked(settings):
+def test_the_shipped_v0_8_0_lock_loads(settings):
+    settings["comfyui_release"] = "v0.8.0"
     release = release_of(settings)
     assert (release.tag, release.commit, release.version) == ("v0.8.0", COMMIT, "0.8.0")
     assert release.requirements == RELEASES / "v0.8.0.requirements.lock"
@@ -19,7 +21,7 @@ def test_the_shipped_release_is_locked(settings):
 
 
 def test_a_mirror_of_ones_own_may_name_another_commit(settings):
-    settings["comfyui_commit"] = "a" * 40
+    settings.update(comfyui_release="v0.8.0", comfyui_commit="a" * 40)
     release = release_of(settings)
     assert release.commit == "a" * 40 and release.version == "0.8.0"
 
@@ -67,3 +69,97 @@ def test_settings_name_a_release_lock_that_cannot_be_used(settings, tmp_path):
     settings.update(comfyui_release="v0.22.0", comfyui_lock_dir=str(tmp_path))
     (problem,) = validate(settings)
     assert problem.startswith("comfyui_release: ComfyUI release lock ")
+
+
+def test_the_default_release_runs_every_default_model(settings):
+    """The defaults run what they place: the default release is at least each comfyui_models
+    manifest's comfyui_min_release (LTX-2.3 included), and the settings validate."""
+    from roles.comfyui.settings import release_version_of
+    from roles.model.manifest import load_manifest, release_version
+    from roles.settings import validate
+
+    have = release_version_of(release_of(settings))
+    needs = {ref: load_manifest(ref).comfyui_min_release for ref in settings["comfyui_models"]}
+    assert "ltx-2.3-22b-dev-fp8" in needs and all(needs.values()), needs
+    assert all(have >= release_version(need) for need in needs.values()), (have, needs)
+    assert validate(settings) == []
+
+
+def test_a_release_too_old_for_a_model_is_refused_naming_both_keys(settings):
+    """v0.8.0 (2026-01-07) predates LTX-2.3 (Comfy-Org/ComfyUI#12773): each LTX-2.3 manifest is
+    refused with comfyui_release and its comfyui_models entry; FLUX.2 Dev (0.3.72) is not."""
+    from roles.settings import validate
+
+    settings["comfyui_release"] = "v0.8.0"
+    problems = validate(settings)
+    refused = [ref for ref in settings["comfyui_models"] if any(repr(ref) in p for p in problems)]
+    assert refused == [r for r in settings["comfyui_models"] if r != "flux2-dev"], problems
+    assert all(
+        p.startswith("comfyui_release: ComfyUI 0.8.0 (v0.8.0) cannot load comfyui_models entry")
+        for p in problems
+    )
+    assert "needs v0.16.1 or newer (Comfy-Org/ComfyUI#12773" in problems[0]
+
+
+@pytest.mark.parametrize("tag,version", [("v0.16.0", "0.16.0"), ("v0.15.2", "0.15.2")])
+def test_an_unlocked_release_is_compared_by_its_tag(settings, tmp_path, tag, version):
+    from roles.settings import validate
+
+    settings.update(comfyui_release=tag, comfyui_lock_dir=str(tmp_path))
+    problems = validate(settings)
+    assert problems and all(f"ComfyUI {version} ({tag}) cannot load" in p for p in problems)
+
+
+def test_a_release_naming_no_version_is_refused_for_a_model_that_needs_one(settings, tmp_path):
+    from roles.settings import validate
+
+    settings.update(comfyui_release="nightly-lab", comfyui_lock_dir=str(tmp_path))
+    problems = validate(settings)
+    assert len(problems) == len(settings["comfyui_models"]), problems
+    assert all("nightly-lab names no ComfyUI version" in p for p in problems)
+    settings["comfyui_install"] = False
+    assert validate(settings) == [], "nothing is refused for a ComfyUI left out"
+
+
+def _manifest(tmp_path, extra: str) -> str:
+    path = tmp_path / "m.toml"
+    path.write_text(
+        'format = 1\nname = "m"\nstate = "unpinned"\nrepo_id = "org/m"\nrevision = "x"\n' + extra
+    )
+    return str(path)
+
+
+def test_a_manifest_without_comfyui_min_release_loads_in_any_release(settings, tmp_path):
+    from roles.settings import validate
+
+    settings.update(comfyui_release="v0.8.0", comfyui_models=[_manifest(tmp_path, "")])
+    assert validate(settings) == []
+
+
+@pytest.mark.parametrize(
+    "extra,fragment",
+    [
+        (
+            'comfyui_min_release = "0.16"\ncomfyui_min_release_source = "x"\n',
+            "must be a ComfyUI release tag",
+        ),
+        ('comfyui_min_release = "v0.16.1"\n', "comfyui_min_release_source: say where"),
+        ('comfyui_min_release_source = "x"\n', "given without comfyui_min_release"),
+    ],
+)
+def test_a_manifest_with_a_bad_comfyui_min_release_is_named(tmp_path, extra, fragment):
+    from roles.model.manifest import ManifestError, load_manifest
+
+    with pytest.raises(ManifestError, match="is invalid") as err:
+        load_manifest(_manifest(tmp_path, extra))
+    assert fragment in str(err.value)
+
+
+def test_comfyui_commit_needs_a_release_lock(settings, tmp_path):
+    from roles.settings import validate
+
+    settings.update(
+        comfyui_release="v0.22.0", comfyui_lock_dir=str(tmp_path), comfyui_commit="c" * 40
+    )
+    (problem,) = validate(settings)
+    assert problem.startswith("comfyui_commit: " + "c" * 40) and "v0.22.0 has none yet" in problem

@@ -617,3 +617,140 @@ def test_a_cpu_without_avx512_is_named_when_int4_weights_cannot_load():
     (v,) = [v for v in verdicts if v.id == "vllm-cpu-kernel-missing"]
     assert v.what == "vLLM's CPU build has no cpu_gemm_wna16 kernel on this CPU"
     assert "AVX-512" in v.why and "BF16" in v.fix
+
+
+@pytest.mark.parametrize(
+    "placed,model,en,zh",
+    [
+        ({"source": "huggingface", "commit": "c" * 40}, {"state": "unpinned"},
+         "from Hugging Face, pinned to commit `cccccccccccc`", "来自 Hugging Face，锁定到提交 `cccccccccccc`"),
+        ({"source": "modelscope"}, {"commit": "d" * 40}, "from ModelScope, pinned to commit `dddddddddddd`", "来自 ModelScope"),
+        ({"source": "local"}, {}, "from a local copy, not pinned", "来自本地副本，未锁定"),
+        ({}, {}, "source unknown, not pinned", "来源未知，未锁定"),
+    ],
+)  # fmt: skip
+def test_the_post_names_the_source_the_model_was_placed_from(cfg, placed, model, en, zh):
+    """Every source kind is reported as what it is: a model locked to a hub commit is never
+    "local mirror, not pinned" (issue 21, item 7)."""
+    f = facts(cfg)
+    f["model"] = {**cfg["vllm"]["model"], **model, "placed": placed}
+    assert en in report.model_line(f, zh=False)
+    assert zh in report.model_line(f, zh=True)
+    assert "mirror" not in report.model_line(f, zh=False)
+
+
+def test_the_placed_record_is_read_from_the_model_directory(tmp_path):
+    record = {"source": "huggingface", "commit": "e" * 40, "from": "/home/me/m", "files": []}
+    (tmp_path / ".rigup-manifest.json").write_text(json.dumps(record))
+    assert report.placed_record(str(tmp_path)) == {"source": "huggingface", "commit": "e" * 40}
+    assert report.placed_record(str(tmp_path / "absent")) == {}
+
+
+@pytest.mark.parametrize("command", ["rigup-doctor", "rigup-bench", "rigup-report"])
+def test_a_host_without_doctor_json_gets_a_message_not_a_traceback(tmp_path, command):
+    """Before a converge there is no doctor.json: each command says so and what to run, exit 2.
+    The commands run as installed: bin/ beside lib/ holding the host libraries."""
+    import shutil
+    import subprocess
+    import sys
+
+    from roles.doctor import LIBRARIES
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "lib").mkdir()
+    for name, src in LIBRARIES.items():
+        (tmp_path / "lib" / (name if src.is_dir() else f"{name}.py")).symlink_to(src)
+    script = tmp_path / "bin" / command
+    shutil.copy(FIXTURES.parents[1] / "files" / "doctor" / command, script)
+    absent = tmp_path / "etc" / "doctor.json"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--config", str(absent)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (
+        f"{command}: {absent} does not exist: rigup has not converged this host yet" in proc.stderr
+    )
+
+
+def _venv_cfg(tmp_path) -> dict:
+    """A host's uv layout as rigup makes it: cache and temporary directory root's only (0700)."""
+    for d in ("cache", "tmp"):
+        (tmp_path / d).mkdir(mode=0o700)
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").write_text("")
+    (tmp_path / "vllm.lock").write_text("")
+    os.chmod(tmp_path, 0o755)
+    return {
+        "uv": {"path": "/nonexistent/uv", "cache": str(tmp_path / "cache"), "tmp": str(tmp_path / "tmp")},
+        "venvs": [{"name": "vLLM", "python": str(tmp_path / "venv" / "bin" / "python"),
+                   "lock": str(tmp_path / "vllm.lock"), "deploy": "deploys/vllm.py"}],
+    }  # fmt: skip
+
+
+def test_a_run_without_sudo_says_what_it_could_not_read_instead_of_warning(tmp_path):
+    """Not root: uv cannot use the cache rigup keeps root's, so the venv is not compared: the
+    verdict names the directories and `sudo rigup-doctor`, and warns of nothing."""
+    cfg = _venv_cfg(tmp_path)
+    root_only = {cfg["uv"]["cache"], cfg["uv"]["tmp"]}
+
+    def refused(argv):
+        raise AssertionError(f"uv ran without what it needs: {argv}")
+
+    section = doctor.check_venvs(cfg, refused, access=lambda path, mode: path not in root_only)
+    (v,) = section.verdicts
+    assert (v.id, v.severity) == ("venv/not-root", diagnosis.OK)
+    assert f"{cfg['uv']['cache']}, {cfg['uv']['tmp']} is root's only" in v.what
+    assert "sudo rigup-doctor" in v.what
+
+
+def _installed_libraries(where) -> str:
+    """The host libraries laid out as roles/doctor installs them: ``<where>/lib/<name>``."""
+    from roles.doctor import LIBRARIES
+
+    lib = where / "lib"
+    lib.mkdir()
+    for name, src in LIBRARIES.items():
+        (lib / (name if src.is_dir() else f"{name}.py")).symlink_to(src)
+    return str(lib)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"),
+    reason="needs root (to run the check as another user) and the system's python3",
+)
+def test_the_venv_check_run_as_a_normal_user_names_what_it_could_not_read(tmp_path):
+    """The same, for real: the installed check run by the system's python3 as nobody against
+    0700 root directories (uv is never started)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    # pytest's tmp_path lies under a 0700 directory of root's: nobody must reach this one
+    base = Path(tempfile.mkdtemp(prefix="rigup-doctor-"))
+    os.chmod(base, 0o755)
+    try:
+        _run_as_nobody(base)
+    finally:
+        shutil.rmtree(base)
+
+
+def _run_as_nobody(tmp_path) -> None:
+    import subprocess
+
+    cfg = _venv_cfg(tmp_path)
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+    lib = _installed_libraries(tmp_path)
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[2]); import rigup_doctor as d; "
+        "cfg = json.load(open(sys.argv[1])); "
+        "s = d.check_venvs(cfg, lambda a: (_ for _ in ()).throw(AssertionError(a))); "
+        "print(json.dumps([[v.id, v.what] for v in s.verdicts]))"
+    )
+    proc = subprocess.run(
+        ["/usr/bin/python3", "-I", "-c", code, str(tmp_path / "cfg.json"), lib],
+        capture_output=True, text=True, cwd="/", user="nobody",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    ((vid, what),) = json.loads(proc.stdout)
+    assert vid == "venv/not-root" and f"{cfg['uv']['cache']}, {cfg['uv']['tmp']}" in what

@@ -1,5 +1,5 @@
-"""The pinned ComfyUI's own code, read from a git mirror at the commit comfyui_release is locked
-to: its argument parser accepts what rigup renders and rejects typos and offload-defeating flags, its version file
+"""The pinned ComfyUI's own code, read from a git mirror at the commit of the shipped release lock
+the lab runs (LAB_COMFYUI_RELEASE): its argument parser accepts what rigup renders and rejects typos and offload-defeating flags, its version file
 matches the lock's version, and files/comfyui/requirements.in follows its requirements.txt.
 
 Needs a git mirror of ComfyUI holding that commit, named by $RIGUP_COMFYUI_MIRROR. No machine
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.comfyui_lab import COMFYUI_MIRROR_ENV, comfyui_mirror
+from lab.comfyui_lab import COMFYUI_MIRROR_ENV, LAB_COMFYUI_RELEASE, comfyui_mirror
 from roles.comfyui.flags import main_args
 from roles.comfyui.release import load_release
 
@@ -27,12 +27,12 @@ CHECK = REPO / "files" / "comfyui" / "check_args.py"
 pytestmark = pytest.mark.skipif(
     comfyui_mirror() is None,
     reason=f"no ComfyUI mirror: set {COMFYUI_MIRROR_ENV} to a git mirror of ComfyUI holding "
-    "the commit of comfyui_release (no machine here reaches GitHub)",
+    "the commit of LAB_COMFYUI_RELEASE (no machine here reaches GitHub)",
 )
 
 
 def _release(settings):
-    return load_release(settings["comfyui_release"], settings["comfyui_lock_dir"])
+    return load_release(LAB_COMFYUI_RELEASE, settings["comfyui_lock_dir"])
 
 
 def _show(settings: dict, path: str) -> str:

@@ -96,10 +96,11 @@ def _http(target: Target, path: str, body: dict | None = None, out: str = "/dev/
 
 def _wav_info(target: Target, path: str) -> dict:
     code = (
+        # a streamed WAV's header gives no length (0xFFFFFFFF): count the frames that came
         "import json, sys, wave, numpy; w = wave.open(sys.argv[1]); "
         "a = numpy.frombuffer(w.readframes(w.getnframes()), '<i2'); "
         "print(json.dumps({'channels': w.getnchannels(), 'width': w.getsampwidth(), "
-        "'rate': w.getframerate(), 'frames': w.getnframes(), 'peak': int(abs(a).max())}))"
+        "'rate': w.getframerate(), 'frames': a.size, 'peak': int(abs(a).max())}))"
     )
     res = target.run(f"{PYTHON} -c {shlex.quote(code)} {path}")
     assert res.returncode == 0, res.stderr
@@ -171,7 +172,7 @@ def test_real_synthesizer_speaks_a_wav(server):
     wav = _wav_info(target, f"{WORK}/a.wav")
     assert (wav["channels"], wav["width"], wav["rate"]) == (1, 2, 48000), wav
     assert wav["frames"] > 0 and wav["peak"] > 0, f"silence or nothing from VoxCPM2: {wav}"
-    print(f"\nreal VoxCPM2 path: {wav}, synthesis {headers['x-synthesis-seconds']} s")
+    print(f"\nreal VoxCPM2 path: {wav}, first audio after {headers['x-first-audio-seconds']} s")
 
 
 def test_real_synthesizer_clones_a_reference_voice_with_instructions(server):
@@ -221,8 +222,7 @@ def test_real_synthesizer_audio_in_openais_formats(server, response_format, cont
     assert status == "200" and headers["x-voice"] == "default", headers
     got = _decoded(target, out)
     assert (got["container"], got["rate"]) == (container, rate), got
-    seconds = float(headers["x-audio-seconds"])
-    assert got["samples"] / rate == pytest.approx(seconds, abs=0.05), (got, seconds)
+    assert got["samples"] / rate > 0.2, got  # streamed: no header carries the length
 
 
 def test_real_synthesizer_pcm_is_24_khz(server):
@@ -231,4 +231,4 @@ def test_real_synthesizer_pcm_is_24_khz(server):
     status, headers = _http(target, "/v1/audio/speech", body, f"{WORK}/d.pcm")
     assert status == "200" and headers["x-sample-rate"] == "24000", headers
     size = int(target.run(f"stat -c %s {WORK}/d.pcm").stdout.strip())
-    assert size / 2 / 24000 == pytest.approx(float(headers["x-audio-seconds"]), abs=0.01)
+    assert size % 2 == 0 and size / 2 / 24000 > 0.2, size  # whole 16-bit samples, audible length

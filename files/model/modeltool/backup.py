@@ -14,7 +14,13 @@ from pathlib import Path
 
 from modeltool.hashing import copy_resuming
 from modeltool.layout import RECORD, VERIFIED, FetchError, partial_dir
-from modeltool.partial import check_free_space, current, finish_file, verified_before
+from modeltool.partial import (
+    check_free_space,
+    current,
+    finish_file,
+    unproven,
+    verified_before,
+)
 from modeltool.progress import Progress
 from modeltool.snapshot import mismatches
 from modeltool.wheelhouse import fill, python_builds
@@ -28,7 +34,7 @@ def backup_model(placed: Path, target: Path, spare: int) -> int:
     partial.mkdir(parents=True, exist_ok=True)
     files = [{k: f[k] for k in ("path", "dest", "size", "sha256")} for f in record["files"]]
     origin = f"backup:{placed}"
-    done = verified_before(partial, origin, pinned=True)
+    done = verified_before(partial, origin, {"files": files})
     needed = 0
     for f in files:
         tmp = partial / (f["dest"] + ".incomplete")
@@ -37,6 +43,7 @@ def backup_model(placed: Path, target: Path, spare: int) -> int:
     check_free_space(partial, needed, label, spare)
     progress = Progress(f"backup {label}", needed)
     current.update(progress=progress, dest=str(target), partial=str(partial))
+    entries = list(done.values())
     for f in files:
         if f["dest"] in done:
             continue
@@ -46,9 +53,14 @@ def backup_model(placed: Path, target: Path, spare: int) -> int:
         final = partial / f["dest"]
         final.parent.mkdir(parents=True, exist_ok=True)
         copied = copy_resuming(src, final.with_name(final.name + ".incomplete"), progress)
-        finish_file(
-            partial, f, origin, size=f["size"], sha256=f["sha256"], got_sha256=copied.sha256
+        entries.append(
+            finish_file(
+                partial, f, origin, size=f["size"], sha256=f["sha256"], got_sha256=copied.sha256
+            )
         )
+    changed = unproven(partial, entries)
+    if changed:
+        raise FetchError(f"backup of {label} refused: " + "; ".join(changed))
     (partial / VERIFIED).unlink(missing_ok=True)
     (partial / RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     os.sync()

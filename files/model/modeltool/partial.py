@@ -12,8 +12,9 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from modeltool.hashing import sha256_file
 from modeltool.layout import (
     EXIT_BUSY,
     EXIT_SPACE,
@@ -86,25 +87,92 @@ def pinned(manifest: dict) -> bool:
     return bool(manifest["files"]) and all(f.get("sha256") for f in manifest["files"])
 
 
-def verified_before(partial: Path, origin: str, pinned: bool) -> dict[str, dict]:
-    """Files an earlier run verified in ``partial`` that this transfer can keep: all of them
-    when the manifest pins every sha256 (they were checked against it), else those that came
-    from the same ``origin`` (a local copy, or a hub at one commit)."""
-    out = {}
+def fingerprint(path: Path) -> dict:
+    """What proves a file unchanged since it was hashed, from ``os.stat``: device, inode, size,
+    mtime_ns and ctime_ns. Writing to a file, or setting its mtime back with ``os.utime``, moves
+    its ctime, which no system call sets back (stat(2), "st_ctime"); another file at the path has
+    another inode. The kernel stamps ctime from its coarse clock (a tick of a few ms): a write
+    within the tick the file was fingerprinted in, size and mtime put back, would go unseen; the
+    partial area is root's, and nothing but this tool writes there."""
+    st = path.stat()
+    return {
+        "dev": st.st_dev,
+        "ino": st.st_ino,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "ctime_ns": st.st_ctime_ns,
+    }
+
+
+def verified_before(partial: Path, origin: str, manifest: dict) -> dict[str, dict]:
+    """Files an earlier run verified in ``partial`` that this transfer can keep, each entry with
+    ``stat``, the file's :func:`fingerprint` now. Which records count: all of them when the
+    manifest pins every sha256 (and the record's sha256 is the manifest's), else those from the
+    same ``origin`` (a local copy, or a hub at one commit). A file is kept only when its bytes
+    are proven to be the ones hashed: its fingerprint equals the one recorded when it was
+    hashed, or (another fingerprint, or a record without one) it is hashed again now and
+    matches. Any other file is transferred again."""
+    out: dict[str, dict] = {}
     try:
         lines = (partial / VERIFIED).read_text(encoding="utf-8").splitlines()
     except OSError:
         return out
+    is_pinned = pinned(manifest)
+    want = {f["dest"]: f.get("sha256") for f in manifest["files"]}
+    latest: dict[str, dict] = {}  # a file verified twice: its last record counts
     for line in lines:
         try:
             entry = json.loads(line)
-        except ValueError:
+            dest, size, sha = entry["dest"], entry["size"], entry["sha256"]
+        except (ValueError, KeyError, TypeError):
             continue  # a line cut short by an interruption: that file is transferred again
-        final = partial / entry["dest"]
-        if (pinned or entry.get("from") == origin) and final.is_file():
-            if final.stat().st_size == entry["size"]:
-                out[entry["dest"]] = entry
+        rel = PurePosixPath(dest) if isinstance(dest, str) else None
+        if rel is None or rel.is_absolute() or ".." in rel.parts or (want and dest not in want):
+            continue  # not a file of this model
+        if isinstance(size, int) and isinstance(sha, str):
+            latest[dest] = entry
+    for dest, entry in latest.items():
+        sha = entry["sha256"]
+        if is_pinned and want.get(dest) != sha:
+            continue  # not hashed against this lock
+        if not is_pinned and entry.get("from") != origin:
+            continue
+        final = partial / dest
+        if not final.is_file() or final.stat().st_size != entry["size"]:
+            continue
+        now = fingerprint(final)
+        if entry.get("stat") != now:
+            say(f"{dest}: changed since it was verified, or not proven unchanged: hashing again")
+            got = sha256_file(final)
+            if got != sha:
+                say(f"{dest}: sha256 {got}, {sha} expected: transferring it again")
+                final.unlink()
+                continue
+            now = fingerprint(final)
+        out[dest] = {**entry, "stat": now}
     return out
+
+
+def unproven(partial: Path, entries: list[dict]) -> list[str]:
+    """The files of ``entries`` (each with ``dest``, ``sha256`` and ``stat``, the fingerprint
+    taken when its bytes were hashed or proven in this run) whose bytes in ``partial`` are not
+    proven to be those: another fingerprint now, then another sha256. Each as
+    ``"<dest>: <why>"``; [] when every file is proven. Hashes only a file whose fingerprint
+    moved."""
+    problems = []
+    for e in entries:
+        path = partial / e["dest"]
+        if not path.is_file():
+            problems.append(f"{e['dest']}: missing")
+            continue
+        if e.get("stat") == fingerprint(path):
+            continue
+        got = sha256_file(path)
+        if got != e["sha256"]:
+            problems.append(
+                f"{e['dest']}: changed after it was verified: sha256 {got}, {e['sha256']} expected"
+            )
+    return problems
 
 
 def finish_file(
@@ -138,9 +206,10 @@ def finish_file(
         raise FetchError(f"{f['dest']}: {'; '.join(problems)} (kept as {bad})")
     tmp.replace(final)
     entry = {"dest": f["dest"], "path": f["path"], "size": actual, "sha256": got_sha256}
+    stat = fingerprint(final)
     with open(partial / VERIFIED, "a", encoding="utf-8") as log:
-        log.write(json.dumps({**entry, "from": origin}) + "\n")
-    return entry
+        log.write(json.dumps({**entry, "from": origin, "stat": stat}) + "\n")
+    return {**entry, "stat": stat}
 
 
 def _dest_of(partial: Path) -> Path:

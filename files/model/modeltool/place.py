@@ -44,7 +44,7 @@ from modeltool.layout import (
     rejected_dir,
     replaced_dir,
 )
-from modeltool.partial import current, transfer_lock
+from modeltool.partial import current, transfer_lock, unproven
 from modeltool.progress import human_bytes, say
 from modeltool.snapshot import (
     expected,
@@ -60,10 +60,17 @@ FATAL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
 
 
 # ---- publishing -------------------------------------------------------------------------------
-def publish(partial: Path, dest: Path, record: dict) -> list[str]:
+def publish(partial: Path, dest: Path, record: dict, entries: list[dict]) -> list[str]:
     """Make ``partial`` the placed model ``dest``: nothing but the verified files and the record
-    in it, every indexed shard present, root-owned and read-only, renamed atomically. Returns
-    what was removed (a transfer's leftovers)."""
+    in it, every indexed shard present, every file's bytes proven to be the ones hashed in this
+    run (``entries``: each with its ``stat`` fingerprint then, :func:`modeltool.partial.unproven`),
+    root-owned and read-only, renamed atomically. Returns what was removed (a transfer's
+    leftovers). Raises :class:`FetchError` for an incomplete checkpoint or an unproven file."""
+    changed = unproven(partial, entries)
+    if changed:
+        raise FetchError(
+            "refusing to place files whose bytes are not those verified: " + "; ".join(changed)
+        )
     for junk in (partial / DOWNLOAD, partial / VERIFIED):
         if junk.is_dir():
             shutil.rmtree(junk)
@@ -91,6 +98,12 @@ def publish(partial: Path, dest: Path, record: dict) -> list[str]:
         shutil.rmtree(rejected)
         removed.append(f"{rejected} (files rejected by an earlier attempt)")
     return removed
+
+
+def _recorded(entry: dict) -> dict:
+    """A verified file as the record lists it: dest, path, size, sha256 (not this run's
+    fingerprint of the partial area)."""
+    return {k: entry[k] for k in ("dest", "path", "size", "sha256")}
 
 
 def _classify(source: str, exc: Exception) -> FetchError:
@@ -138,9 +151,9 @@ def place_new(manifest: dict, dest: Path, sources: list[str], opts) -> dict:
         "manifest": manifest,
         **origin,
         "placed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "files": entries,
+        "files": [_recorded(e) for e in entries],
     }
-    removed = publish(partial, dest, record)
+    removed = publish(partial, dest, record, entries)
     out = {
         "status": "placed",
         "dest": str(dest),
@@ -193,6 +206,8 @@ def cmd_place(opts) -> dict:
     dest = Path(opts.dest)
     sources = [s for s in opts.sources.split(",") if s]
     with transfer_lock(dest, opts.lock_dir, opts.lock_wait):
+        if dest.is_dir() and not any(dest.iterdir()):
+            dest.rmdir()  # an empty directory holds no model: the placement takes its place
         if not dest.is_dir():
             return place_new(manifest, dest, sources, opts)
         bad, strays, checked = placed_problems(manifest, dest, opts.verify_sha256)
@@ -244,6 +259,11 @@ def repair(manifest: dict, dest: Path, bad: list[dict], strays: list[str], sourc
             sub, work / ".placed.partial", work / "placed", sources, opts
         )
         result = {**origin, **progress.summary()}
+        changed = unproven(work / ".placed.partial", entries)
+        if changed:
+            raise FetchError(
+                "refusing to put in files whose bytes are not those verified: " + "; ".join(changed)
+            )
         for e in entries:
             target = dest / e["dest"]
             if target.exists():
@@ -257,7 +277,7 @@ def repair(manifest: dict, dest: Path, bad: list[dict], strays: list[str], sourc
         (aside / rel).parent.mkdir(parents=True, exist_ok=True)
         (dest / rel).replace(aside / rel)
     if record:
-        fresh = {e["dest"]: e for e in entries}
+        fresh = {e["dest"]: _recorded(e) for e in entries}
         record["files"] = [fresh.get(f["dest"], f) for f in record["files"]]
         record["repaired_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         tmp = dest / (RECORD + ".tmp")

@@ -33,7 +33,7 @@ def from_local(manifest: dict, partial: Path, opts) -> tuple[list[dict], dict, P
     src, layout, files = local.complete_local_copy(manifest, opts.local_dir)
     recorded = recorded_files(src)
     origin = f"local:{src}"
-    done = verified_before(partial, origin, pinned(manifest))
+    done = verified_before(partial, origin, manifest)
     name = f"{manifest['name']}@{manifest['revision']}"
     sources = {f["dest"]: local.source_file(src, f) for f in files}
     needed = 0
@@ -50,7 +50,9 @@ def from_local(manifest: dict, partial: Path, opts) -> tuple[list[dict], dict, P
     entries, notes = [], []
     for f in files:
         if f["dest"] in done:
-            entries.append({k: done[f["dest"]][k] for k in ("dest", "path", "size", "sha256")})
+            entries.append(
+                {k: done[f["dest"]][k] for k in ("dest", "path", "size", "sha256", "stat")}
+            )
             continue
         s = sources[f["dest"]]
         size, sha = expected(f, recorded)
@@ -164,7 +166,7 @@ def from_huggingface(manifest: dict, partial: Path, opts) -> tuple[list[dict], d
     name = f"{manifest['name']}@{manifest['revision']}"
     commit, wanted = _hub_wanted(manifest, opts, token)
     origin = f"huggingface@{commit}"
-    done = verified_before(partial, origin, pinned(manifest))
+    done = verified_before(partial, origin, manifest)
     download = partial / DOWNLOAD
     download.mkdir(parents=True, exist_ok=True)
     hub.forget_unfinished(download)
@@ -175,7 +177,9 @@ def from_huggingface(manifest: dict, partial: Path, opts) -> tuple[list[dict], d
         f"{name} from {opts.hf_endpoint or 'huggingface.co'} at {commit[:12]}", needed
     )
     current["progress"] = progress
-    entries = {d: {k: e[k] for k in ("dest", "path", "size", "sha256")} for d, e in done.items()}
+    entries = {
+        d: {k: e[k] for k in ("dest", "path", "size", "sha256", "stat")} for d, e in done.items()
+    }
     moved = 0
     with _Meter(progress, download, 0) as meter, ThreadPoolExecutor(HUB_WORKERS) as pool:
         futures = {
@@ -241,7 +245,7 @@ def from_modelscope(manifest: dict, partial: Path, opts) -> tuple[list[dict], di
         raise SourceError(f"manifest {manifest['name']} has no modelscope_id")
     name = f"{manifest['name']}@{manifest['revision']}"
     origin = f"modelscope:{manifest['modelscope_id']}@{manifest.get('modelscope_revision')}"
-    done = verified_before(partial, origin, pinned=True)
+    done = verified_before(partial, origin, manifest)
     todo = [f for f in files if f["dest"] not in done]
     needed = sum(f["size"] for f in todo)
     check_free_space(partial, needed, name, opts.spare_bytes)
@@ -258,7 +262,9 @@ def from_modelscope(manifest: dict, partial: Path, opts) -> tuple[list[dict], di
             opts.modelscope_endpoint,
             hub.read_token(opts.modelscope_token_file),
         )
-    entries = {d: {k: e[k] for k in ("dest", "path", "size", "sha256")} for d, e in done.items()}
+    entries = {
+        d: {k: e[k] for k in ("dest", "path", "size", "sha256", "stat")} for d, e in done.items()
+    }
     for f in todo:
         got_file = download / f["path"]
         if not got_file.is_file():

@@ -64,6 +64,16 @@ _VENV: list[Signature] = [
         matcher=lambda s: dict(s) if s.get("missing") else None,
     ),
     Signature(
+        id="venv/not-root",
+        source="venv",
+        severity=OK,
+        what="the {name} venv was not compared with its lock: {unreadable} is root's only; "
+        "run `sudo rigup-doctor` to compare it",
+        why="uv needs its cache and temporary directory, which rigup keeps private to root",
+        fix="run it with sudo",
+        matcher=lambda s: dict(s) if s.get("unreadable") else None,
+    ),
+    Signature(
         id="venv/unchecked",
         source="venv",
         severity=WARN,

@@ -22,6 +22,7 @@ from .core import (
     CONFIG,
     SECTIONS,
     TELEMETRY_FIELDS,
+    ConfigError,
     Fetch,
     Runner,
     Section,
@@ -29,7 +30,14 @@ from .core import (
     load_config,
     run,
 )
-from .disk import check_disk, check_venvs, drift_lines, existing, uv_dry_run_argv
+from .disk import (
+    check_disk,
+    check_venvs,
+    drift_lines,
+    existing,
+    out_of_reach,
+    uv_dry_run_argv,
+)
 from .gpus import _number as _number  # read by rigup_report
 from .gpus import (
     check_driver,
@@ -53,6 +61,7 @@ __all__ = [
     "APPS_QUERY",
     "run",
     "fetch",
+    "ConfigError",
     "load_config",
     "Section",
     "parse_telemetry",
@@ -73,6 +82,7 @@ __all__ = [
     "uv_dry_run_argv",
     "drift_lines",
     "check_venvs",
+    "out_of_reach",
     "doctor",
     "report",
     "render",

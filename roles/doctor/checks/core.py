@@ -60,9 +60,27 @@ def fetch(url: str, timeout: float = 10, headers: dict[str, str] | None = None) 
         return 0, str(getattr(exc, "reason", exc))
 
 
+class ConfigError(Exception):
+    """doctor.json cannot be read; the message says why and what to run."""
+
+
 def load_config(path: str = CONFIG) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    """What rigup knows of this host (``doctor.json``, written by a converge: roles/doctor).
+    Raises :class:`ConfigError` naming the file when it is absent, unreadable or not JSON."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path} does not exist: rigup has not converged this host yet (a converge writes "
+            "it). Run the deploy first: .venv/bin/pyinfra inventory/rig.py deploys/full.py"
+        ) from None
+    except PermissionError:
+        raise ConfigError(f"{path} is not readable by this user: run it with sudo") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"{path} cannot be read ({exc}): converge again to write it anew"
+        ) from None
 
 
 @dataclass

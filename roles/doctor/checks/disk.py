@@ -71,14 +71,32 @@ def drift_lines(output: str, mislabelled: tuple[str, ...] = ()) -> list[str]:
     ]
 
 
-def check_venvs(cfg: dict, runner: Runner = run) -> Section:
-    """Each venv against its lock: what ``uv pip sync --dry-run`` would change."""
+def out_of_reach(cfg: dict, venv: dict, access=os.access) -> list[str]:
+    """What ``uv pip sync --dry-run`` needs that this user cannot use: the uv cache (read,
+    write: uv locks it), uv's temporary directory (write) and the venv's lock (read). rigup makes
+    the first two root's only (0700), so a run without sudo lists them. ``access`` is
+    :func:`os.access` (a stand-in in tests)."""
+    needs = (
+        (cfg["uv"]["cache"], os.R_OK | os.W_OK | os.X_OK),
+        (cfg["uv"]["tmp"], os.W_OK | os.X_OK),
+        (venv["lock"], os.R_OK),
+    )
+    return [path for path, mode in needs if os.path.exists(path) and not access(path, mode)]
+
+
+def check_venvs(cfg: dict, runner: Runner = run, access=os.access) -> Section:
+    """Each venv against its lock: what ``uv pip sync --dry-run`` would change; not compared
+    (saying what could not be read, and to use sudo) when this user cannot reach what uv needs
+    (:func:`out_of_reach`)."""
     section = Section("venvs")
     for venv in cfg["venvs"]:
         argv = uv_dry_run_argv(cfg, venv)
         state: dict[str, Any] = {**venv, "check": " ".join(argv[6:])}
+        blocked = out_of_reach(cfg, venv, access)
         if not os.path.exists(venv["python"]):
             state["missing"] = True
+        elif blocked:
+            state["unreadable"] = ", ".join(blocked)
         else:
             code, out = runner(argv)
             if code != 0:

@@ -19,9 +19,10 @@ What vLLM does (the files are vLLM 0.22.1's):
   each mamba group (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size,
   _max_memory_usage_bytes_from_groups; v1/kv_cache_interface.py MambaSpec).
 
-Checked against what vLLM printed on an H200 (issue 23, tests/unit/test_kv_budget.py): the
-block sizes 1568 / 1600 (MTP), "9.13 GiB KV cache is needed" for 262144 tokens with MTP 3 and
-"the estimated maximum model length is 59200" with 2.57 GiB available.
+Checked against what vLLM printed on an H200 (issue 23, tests/unit/test_kv_budget.py,
+tests/fixtures/vllm-cuda/h200-runs): the block sizes 1568 / 1600 (MTP), "9.13 GiB KV cache is
+needed" for 262144 tokens with MTP 3, "the estimated maximum model length is 56000" with 2.46 GiB
+available, and "GPU KV cache size: 99,076 tokens" without MTP at 56000 with 3.33 GiB.
 
 Pure: used by the settings check on the controller (roles/settings.py).
 """
@@ -116,26 +117,47 @@ def layout(
 
 
 @dataclass(frozen=True)
-class ServedModel:
-    """What a known model takes on a GPU besides its KV cache: ``weights_gib`` (vLLM's "Model
-    loading took ... GiB" on one GPU, split over tensor parallel ranks) and ``other_gib`` (the
-    rest of the budget that is not KV: activations at 16384 batched tokens, CUDA graphs, the
-    CUDA context), both measured."""
+class Footprint:
+    """What a model takes on one GPU besides its KV cache, measured: ``weights_gib`` (vLLM's
+    "Model loading took ... GiB", split over tensor parallel ranks) and ``other_gib`` (the rest
+    of the budget that is not KV: the activation peak at the batched-token limit, the estimated
+    CUDA-graph pool, the CUDA context and non-torch memory = budget - weights - vLLM's
+    "Available KV cache memory")."""
 
-    shape: Shape
     weights_gib: float
     other_gib: float
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A known model's :class:`Footprint` with MTP off and on (the MTP head is extra weights,
+    its drafter extra activations) and where the figures were measured."""
+
+    shape: Shape
+    without_mtp: Footprint
+    with_mtp: Footprint
     source: str
 
+    def footprint(self, mtp: bool) -> Footprint:
+        return self.with_mtp if mtp else self.without_mtp
 
-#: model_llm_manifest -> its measured footprint. Qwen3.6-27B AutoRound INT4's shape with random
-#: weights on an H200 at a 3090's 24 GiB budget, tensor parallel 1, MTP 3, fp8_e5m2 (issue 23):
-#: "Model loading took 16.83 GiB"; 2.57 GiB left for the KV cache, so 24 - 16.83 - 2.57 = 4.60
-#: GiB of the rest. Tensor parallel 2 is not measured yet (issue 18): its rest is taken as the
-#: same, which errs on the side of refusing.
+
+#: the budget of the measured runs: --gpu-memory-utilization 0.1709 of the H200's 143,771 MiB
+#: (nvidia-smi) = 23.99 GiB, a 3090's 24 GiB (tests/fixtures/vllm-cuda/h200-runs, issue 23)
+H200_RUN_BUDGET_GIB = 0.1709 * 143771 / 1024
+
+#: model_llm_manifest -> its measured footprint. Qwen3.6-27B AutoRound INT4's text shape with
+#: random weights (lab/tiny --shape qwen3.6-27b) on one H200 at that budget, tensor parallel 1,
+#: fp8_e5m2, 16384 batched tokens, CUDA graphs (tests/fixtures/vllm-cuda/h200-runs, 2026-12-01):
+#: MTP 3: "Model loading took 17.62 GiB", "Available KV cache memory: 2.46 GiB" (other 3.91);
+#: MTP off: 16.83 GiB and 3.33 GiB (other 3.83). Tensor parallel 2 is not measured yet (issue
+#: 18): its weights are taken as halved and its rest as the same as on one GPU.
 KNOWN_MODELS = {
     "qwen3.6-27b-int4-autoround": ServedModel(
-        QWEN36_27B, 16.83, 24 - 16.83 - 2.57, "measured on an H200 at a 24 GiB budget, issue 23"
+        QWEN36_27B,
+        without_mtp=Footprint(16.83, H200_RUN_BUDGET_GIB - 16.83 - 3.33),
+        with_mtp=Footprint(17.62, H200_RUN_BUDGET_GIB - 17.62 - 2.46),
+        source="measured on an H200 at a 24 GiB budget, issue 23",
     ),
 }
 
@@ -160,7 +182,8 @@ def kv_fit_problems(values: dict) -> list[str]:
         return [f"vllm_tensor_parallel_size: {exc}"]
     card, share = values["nvidia_gpu_vram_gib"], values["vllm_gpu_memory_utilization"]
     budget = card * share
-    left = budget - model.weights_gib / tp - model.other_gib
+    used = model.footprint(tokens > 0)
+    left = budget - used.weights_gib / tp - used.other_gib
     length = values["vllm_max_model_len"]
     needed = kv.needed_bytes(length) / GIB
     if needed <= left:
@@ -170,8 +193,8 @@ def kv_fit_problems(values: dict) -> list[str]:
         f"vllm_max_model_len: {length} tokens need {needed:.2f} GiB of KV cache on each GPU "
         f"(vLLM 0.22.1's arithmetic: blocks of {kv.block_size} tokens, {kv.group_size} layers a "
         f"group, {dtype}), but each GPU's budget, {card:g} GiB x {share:g} = {budget:.2f} GiB, "
-        f"leaves {left:.2f} GiB after the weights ({model.weights_gib:g} GiB over {tp} GPU(s)) "
-        f"and the rest ({model.other_gib:.2f} GiB), {model.source}: about {fits:,} tokens fit. "
+        f"leaves {left:.2f} GiB after the weights ({used.weights_gib:g} GiB over {tp} GPU(s)) "
+        f"and the rest ({used.other_gib:.2f} GiB), {model.source}: about {fits:,} tokens fit. "
         "Lower vllm_max_model_len, or raise vllm_tensor_parallel_size or "
         "vllm_gpu_memory_utilization"
     ]

@@ -103,3 +103,39 @@ def test_startup_across_midnight_and_a_month_end():
         "http://127.0.0.1:8000\n"
     )
     assert engine_start_facts(text).startup_s == 20.0
+
+
+RUNS = "vllm-cuda/h200-runs"
+
+
+@pytest.mark.parametrize(
+    ("run", "want"),
+    [
+        ("tiny-eager", {"startup_s": 151.0, "graph_mode": "NONE", "block_size": 288,
+                        "kv_pool_tokens": 20_149_470, "compile_s": None}),
+        ("tiny-graphs", {"startup_s": 76.0, "compile_s": 44.74, "graph_mode": "PIECEWISE",
+                         "cuda_graph_gib": 0.07, "kv_pool_tokens": 20_215_362}),
+        ("full-mtp", {"load_gib": 17.62, "load_s": 4.65, "compile_s": 72.12, "startup_s": 120.0,
+                      "available_kv_gib": 2.46, "kv_pool_tokens": 56_000, "block_size": 1600,
+                      "graph_mode": "PIECEWISE", "cuda_graph_gib": 0.14,
+                      "attention_backend": "FLASHINFER"}),
+        ("full-nomtp", {"load_gib": 16.83, "startup_s": 110.0, "compile_s": 60.19,
+                        "available_kv_gib": 3.33, "kv_pool_tokens": 99_076, "block_size": 1568,
+                        "graph_mode": "FULL_AND_PIECEWISE", "cuda_graph_gib": 0.51,
+                        "max_concurrency": 1.77}),
+    ],
+)  # fmt: skip
+def test_the_h200_runs_of_the_gpu_serving_check(run, want):
+    """gpu-serve's four runs on one H200 at a 3090's 24 GiB budget (2026-12-01, issue 23)."""
+    got = facts(f"{RUNS}/{run}/engine.log").as_dict()
+    assert {k: got[k] for k in want} == want
+
+
+def test_the_refused_start_names_need_availability_and_estimate():
+    """262144 tokens with MTP 3 on one 24 GiB budget: refused, with vLLM's own figures."""
+    f = facts(f"{RUNS}/full-mtp/engine-refused-262144.log")
+    assert f.serving_url is None and f.kv_pool_tokens is None
+    assert f.refused_max_model_len == 262_144
+    assert (f.kv_needed_gib, f.kv_available_gib) == (9.13, 2.46)
+    assert f.estimated_max_model_len == 56_000
+    assert (f.load_gib, f.block_size) == (17.62, 1600)

@@ -56,6 +56,75 @@ def test_262144_tokens_on_one_card_is_vllms_refusal():
     assert kv.estimated_max_model_len(2.57 * GIB) == 59200
 
 
+H200_RUNS = CUDA / "h200-runs"
+
+
+def run_facts(run: str, log: str = "engine.log"):
+    return engine_start_facts((H200_RUNS / run / log).read_text(encoding="utf-8"))
+
+
+def test_the_refused_262144_start_and_the_fitted_one_are_the_arithmetic():
+    """The full-size random-weight 27B with MTP 3 at a 24 GiB budget (2026-12-01): vLLM refused
+    262144 ("9.13 GiB ... needed ... available 2.46 GiB ... estimated maximum model length is
+    56000") and served 56000 in a pool of exactly 56,000 tokens of blocks of 1600."""
+    kv = layout(speculative_tokens=3)
+    refused = run_facts("full-mtp", "engine-refused-262144.log")
+    assert round(kv.needed_bytes(refused.refused_max_model_len) / GIB, 2) == refused.kv_needed_gib
+    got = kv.estimated_max_model_len(refused.kv_available_gib * GIB)
+    assert got == refused.estimated_max_model_len == 56000
+    served = run_facts("full-mtp")
+    assert kv.block_size == served.block_size
+    pool = kv.pool_tokens(served.available_kv_gib * GIB, served.concurrency_tokens)
+    assert pool == served.kv_pool_tokens == 56000
+
+
+def test_the_pool_without_mtp_is_the_arithmetic():
+    """MTP off at 56000: "Available KV cache memory: 3.33 GiB", "GPU KV cache size: 99,076
+    tokens", blocks of 1568 (no MTP drafter layer, one state block per mamba group)."""
+    kv, f = layout(speculative_tokens=0), run_facts("full-nomtp")
+    assert kv.block_size == f.block_size == 1568
+    assert kv.pool_tokens(f.available_kv_gib * GIB, f.concurrency_tokens) == f.kv_pool_tokens
+    assert f.kv_pool_tokens == 99_076
+
+
+def test_the_tiny_pool_of_the_h200_runs_is_the_arithmetic():
+    """lab/tiny as shipped (8 layers, key head dim = value head dim) at a 24 GiB budget."""
+    kv = layout(TINY, speculative_tokens=3)
+    for run in ("tiny-eager", "tiny-graphs"):
+        f = run_facts(run)
+        assert kv.block_size == f.block_size == 288
+        got = kv.pool_tokens(f.available_kv_gib * GIB, f.concurrency_tokens)
+        assert got == pytest.approx(f.kv_pool_tokens, rel=3e-4)
+
+
+def h200_run_settings(**changes) -> dict:
+    """The settings of the measured runs: one H200 (143,771 MiB) at --gpu-memory-utilization
+    0.1709, tensor parallel 1."""
+    return {
+        **load_group_data(),
+        "vllm_tensor_parallel_size": 1,
+        "nvidia_gpu_vram_gib": 143771 / 1024,
+        "vllm_gpu_memory_utilization": 0.1709,
+        **changes,
+    }
+
+
+def test_the_settings_check_predicts_the_measured_fit_with_and_without_mtp():
+    """The measured footprint (weights 17.62 GiB with the MTP head, 16.83 without; the rest of
+    the budget) makes the settings check's longest context the one vLLM estimated and served:
+    56000 with MTP 3; without MTP the 3.33 GiB left holds 103,488 (66 blocks of 1568)."""
+    mtp = KNOWN_MODELS["qwen3.6-27b-int4-autoround"].with_mtp
+    assert mtp.weights_gib == run_facts("full-mtp").load_gib
+    assert round(mtp.other_gib, 2) == 3.91
+    assert kv_fit_problems(h200_run_settings(vllm_max_model_len=56000)) == []
+    (p,) = kv_fit_problems(h200_run_settings(vllm_max_model_len=56000 + 1600))
+    assert "leaves 2.46 GiB" in p and "about 56,000 tokens fit" in p
+    no_mtp = h200_run_settings(vllm_speculative_config=None, vllm_max_model_len=103_488)
+    assert kv_fit_problems(no_mtp) == []
+    (p,) = kv_fit_problems({**no_mtp, "vllm_max_model_len": 103_488 + 1568})
+    assert "leaves 3.33 GiB" in p and "16.83 GiB over 1 GPU(s)" in p
+
+
 def test_two_24_gib_cards_hold_262144_tokens():
     """Tensor parallel 2 halves the KV heads and the state: 4.57 GiB a card for 262144 tokens
     with MTP 3, well inside what 24 GiB x 0.94 leaves after half the weights."""
@@ -71,11 +140,11 @@ def test_the_settings_check_refuses_262144_on_one_3090_naming_the_figures():
     assert len(problems) == 1
     p = problems[0]
     assert p.startswith("vllm_max_model_len: 262144 tokens need 9.13 GiB")
-    assert "24 GiB x 0.94 = 22.56 GiB" in p and "16.83 GiB over 1 GPU(s)" in p
-    assert "issue 23" in p and "about 14,400 tokens fit" in p
-    data["vllm_max_model_len"] = 14400
+    assert "24 GiB x 0.94 = 22.56 GiB" in p and "17.62 GiB over 1 GPU(s)" in p
+    assert "issue 23" in p and "about 11,200 tokens fit" in p
+    data["vllm_max_model_len"] = 11200
     assert kv_fit_problems(data) == []
-    data["vllm_max_model_len"] = 14400 + 1600
+    data["vllm_max_model_len"] = 11200 + 1600
     assert kv_fit_problems(data)
 
 

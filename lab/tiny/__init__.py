@@ -90,7 +90,7 @@ def plan_weights(
     None). Raises ValueError for an unknown variant."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
-    tok = tok or build_tokenizer()
+    tok = tok or build_tokenizer(shape.vocab)
     w = Weights(seed, variant, script_chain(tok), shape, random=shape is not TINY)
     if variant == "dense":
         w.build_dense()
@@ -108,7 +108,7 @@ def build_checkpoint(
 ) -> Path:
     """Write the checkpoint (config, tokenizer, safetensors shards + index) into ``dest``
     (created if missing) and return ``dest``. Raises ValueError for an unknown variant."""
-    tok = build_tokenizer()
+    tok = build_tokenizer(shape.vocab)
     w = plan_weights(variant, shape, seed, tok)
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)

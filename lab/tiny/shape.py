@@ -17,7 +17,7 @@ VISUAL = "model.visual"
 #: The lab's tiny model: every size divisible as vLLM and the CPU kernels need.
 TINY = Shape(
     name="tiny",
-    vocab=1024,  # the tokenizer uses fewer ids
+    vocab=1024,  # the tokenizer covers every id (lab/tiny/tokenizer.py build_tokenizer)
     hidden=128,
     intermediate=256,
     # 8 layers, full attention at 3 and 7 (Qwen3.6's every 4th): each stage of a 2-stage pipeline

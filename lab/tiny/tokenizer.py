@@ -4,6 +4,8 @@ chat template (tools, qwen3_coder XML tool calls, <think>)."""
 
 from __future__ import annotations
 
+import json
+
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from lab.tiny.shape import TINY
@@ -115,20 +117,45 @@ system\nYou are a helpful assistant.\n\nuser\nHi there!\n\nassistant\n\n
 """
 
 
-def build_tokenizer() -> Tokenizer:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
+#: the text of a filler token (ByteLevel: "Ġ" is the space): " w<id>", plain ASCII, no tag
+FILLER = "Ġw{}"
+
+
+def build_tokenizer(vocab_size: int = TINY.vocab) -> Tokenizer:
+    """The checkpoint's tokenizer, covering every id of a model of ``vocab_size`` (the config's
+    ``vocab_size``): the trained BPE vocabulary, filler tokens up to ``vocab_size`` minus the
+    added tokens (each decodes to " w<id>"; encoding never produces them), then Qwen's special
+    tokens, the tags and the script's pieces as the top ids. A model with random weights samples
+    any id, and an id its tokenizer lacks decodes to nothing: vLLM then answers ``content``
+    None and streams chunks without text (the full-size run on the H200, issue 23). Raises
+    ValueError when ``vocab_size`` is smaller than the trained vocabulary and added tokens."""
+    trained = Tokenizer(models.BPE())
+    trained.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     trainer = trainers.BpeTrainer(
         vocab_size=640,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator([CORPUS] * 20, trainer)
+    trained.train_from_iterator([CORPUS] * 20, trainer)
+    bpe = json.loads(trained.to_str())["model"]
+    vocab: dict[str, int] = bpe["vocab"]
+    added = len(SPECIAL) + len(TAGS) + len(SCRIPT_PIECES)
+    fillers = vocab_size - added - len(vocab)
+    if fillers < 0:
+        raise ValueError(
+            f"vocab_size {vocab_size} is smaller than the tokenizer's {len(vocab) + added} ids"
+        )
+    for i in range(len(vocab), len(vocab) + fillers):
+        assert FILLER.format(i) not in vocab, FILLER.format(i)
+        vocab[FILLER.format(i)] = i
+    merges = [tuple(m) for m in bpe["merges"]]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = trained.pre_tokenizer
+    tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAGS])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in SCRIPT_PIECES])
-    assert tok.get_vocab_size() <= TINY.vocab, tok.get_vocab_size()
+    assert tok.get_vocab_size() == vocab_size, (tok.get_vocab_size(), vocab_size)
     return tok
 
 

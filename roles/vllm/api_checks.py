@@ -103,8 +103,18 @@ def models(api: Api) -> dict:
     return {"models": names}
 
 
+#: why tokens can come back without text: the tokenizer lacks the ids the model emits (a
+#: tokenizer smaller than config.json's vocab_size: the full-size random-weight run on the H200,
+#: issue 23, tests/fixtures/vllm-cuda/h200-runs) or the model emits only special tokens
+UNDECODED = (
+    "{n} tokens generated, none decoded to text: the tokenizer lacks the ids the model emits "
+    "(fewer ids than config.json's vocab_size?) or the model emits only special tokens"
+)
+
+
 def completion(api: Api) -> dict:
-    """A plain completion generates tokens."""
+    """A plain completion generates tokens that decode to text (a completion cut at
+    ``max_tokens`` with no text is :data:`UNDECODED`)."""
     got = api.json(
         "/v1/completions",
         {
@@ -114,10 +124,12 @@ def completion(api: Api) -> dict:
             "temperature": 0,
         },
     )
-    tokens = got["usage"]["completion_tokens"]
+    tokens, choice = got["usage"]["completion_tokens"], got["choices"][0]
     if tokens <= 0:
         raise CheckFailed(f"a completion generated no tokens: {got}")
-    return {"completion_tokens": tokens, "text": got["choices"][0]["text"]}
+    if not choice["text"] and choice.get("finish_reason") == "length":
+        raise CheckFailed(f"{UNDECODED.format(n=tokens)}: {got}")
+    return {"completion_tokens": tokens, "text": choice["text"]}
 
 
 def reasoning_of(message: dict) -> str | None:
@@ -130,8 +142,10 @@ def chat_reasoning_apart(api: Api, reasoning_parser: bool = True) -> dict:
     reply = api.chat([{"role": "user", "content": "Hello!"}], max_tokens=64, temperature=0)
     message = reply["choices"][0]["message"]
     content, reasoning = message.get("content") or "", reasoning_of(message)
-    if reply["usage"]["completion_tokens"] <= 0 or not (content or reasoning):
-        raise CheckFailed(f"an empty answer: {reply}")
+    tokens = reply["usage"]["completion_tokens"]
+    if tokens <= 0 or not (content or reasoning):
+        why = UNDECODED.format(n=tokens) if tokens > 0 else "no tokens generated"
+        raise CheckFailed(f"an empty answer ({why}): {reply}")
     if reasoning_parser and ("<think>" in content or "</think>" in content):
         raise CheckFailed(f"reasoning landed in content: {content!r}")
     return {"content": content, "reasoning": reasoning}
@@ -147,6 +161,7 @@ def stream(api: Api) -> dict:
             "max_tokens": 32,
             "temperature": 0,
             "stream": True,
+            "stream_options": {"include_usage": True},
         },
     )
     if status != 200:
@@ -162,7 +177,9 @@ def stream(api: Api) -> dict:
         if (ch.get("delta") or {}).get("content") or reasoning_of(ch.get("delta") or {})
     )
     if not pieces:
-        raise CheckFailed(f"{len(chunks)} chunks, none with text")
+        usage = next((c["usage"] for c in reversed(chunks) if c.get("usage")), None)
+        why = f" ({UNDECODED.format(n=usage['completion_tokens'])})" if usage else ""
+        raise CheckFailed(f"{len(chunks)} chunks, none with text{why}")
     return {"chunks": len(chunks), "with_text": pieces}
 
 

@@ -5,9 +5,11 @@ benchmarks/gpu-serve on a GPU)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +85,67 @@ def test_nothing_listening_is_named():
     assert status == 0 and why
     with pytest.raises(c.CheckFailed, match="/health answered nothing"):
         c.health(api)
+
+
+RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cuda" / "h200-runs"
+
+
+def _recorded(run: str, check: str) -> dict:
+    """One check's record in a gpu-serve run's summary.json."""
+    summary = json.loads((RUNS / run / "summary.json").read_text(encoding="utf-8"))
+    return next(r for r in summary["checks"] if r["check"] == check)
+
+
+def _json(body: dict) -> bytes:
+    return json.dumps(body).encode()
+
+
+def test_the_full_size_random_models_answer_is_named_undecoded(sse_server):
+    """The chat reply vLLM gave on the H200 (full-size shape, random weights, the tokenizer then
+    smaller than the 248,320-id vocabulary): 64 tokens, ``content`` None, ``reasoning`` ''. The
+    check fails, and says why."""
+    url, bodies = sse_server
+    api = c.Api(url, "qwen3.6-27b", timeout=10)
+    error = _recorded("full-mtp", "chat, reasoning apart")["error"]
+    reply = ast.literal_eval(error.split("an empty answer: ", 1)[1])
+    bodies.append(_json(reply))
+    with pytest.raises(c.CheckFailed, match="64 tokens generated, none decoded to text"):
+        c.chat_reasoning_apart(api)
+
+
+def test_a_completion_cut_at_max_tokens_without_text_fails(sse_server):
+    """The recorded completion of the same run (16 tokens, text '') passed before; it is the same
+    fault, so it fails now. A completion with text passes, and so does an empty one that stopped
+    (the model's end-of-sequence token)."""
+    url, bodies = sse_server
+    api = c.Api(url, "qwen3.6-27b", timeout=10)
+    seen = _recorded("full-nomtp", "completion")["seen"]
+    assert seen == {"completion_tokens": 16, "text": ""}
+
+    def reply(text: str, tokens: int, finish: str) -> bytes:
+        choice = {"index": 0, "text": text, "finish_reason": finish}
+        return _json({"choices": [choice], "usage": {"completion_tokens": tokens}})
+
+    bodies.append(reply(seen["text"], seen["completion_tokens"], "length"))
+    with pytest.raises(c.CheckFailed, match="16 tokens generated, none decoded to text"):
+        c.completion(api)
+    tiny = _recorded("tiny-graphs", "completion")["seen"]
+    bodies.append(reply(tiny["text"], tiny["completion_tokens"], "stop"))
+    assert c.completion(api) == tiny
+    bodies.append(reply("", 1, "stop"))
+    assert c.completion(api) == {"completion_tokens": 1, "text": ""}
+
+
+def test_a_stream_without_text_names_the_tokens_it_generated(sse_server):
+    """The stream of that run: 2 chunks, none with text (the role, then the finish); with
+    ``stream_options.include_usage`` vLLM adds a usage chunk, so the failure names the count."""
+    url, bodies = sse_server
+    api = c.Api(url, "qwen3.6-27b", timeout=10)
+    usage = "data: " + json.dumps({"choices": [], "usage": {"completion_tokens": 32}}) + "\n\n"
+    bodies.append(
+        (
+            _event({"role": "assistant", "content": ""}) + _event({}) + usage + "data: [DONE]\n\n"
+        ).encode()  # fmt: skip
+    )
+    with pytest.raises(c.CheckFailed, match=r"3 chunks, none with text \(32 tokens generated"):
+        c.stream(api)

@@ -10,11 +10,12 @@ import math
 import numpy as np
 import pytest
 from safetensors import safe_open
+from tokenizers import Tokenizer
 
 from lab import checkpoint as real_checkpoint
 from lab.tiny import build_checkpoint, plan_weights
 from lab.tiny.shape import QWEN36_27B, TINY, text_config
-from lab.tiny.tokenizer import build_tokenizer
+from lab.tiny.tokenizer import FILLER, SPECIAL, build_tokenizer
 from lab.tiny.weights import DTYPE_BYTES, Planned, save_safetensors, shard_plan
 
 SHAPES = (TINY, QWEN36_27B)
@@ -186,3 +187,31 @@ def test_tiny_checkpoint_config_has_the_fixed_shape(tiny_int4):
         names |= set(f.keys())
     conv = "model.language_model.layers.4.linear_attn.conv1d.weight"
     assert conv in names and "model.language_model.layers.7.self_attn.q_proj.qweight" in names
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.name)
+def test_the_tokenizer_decodes_every_id_the_model_can_emit(shape):
+    """A random-weight model samples any id below config.json's vocab_size; an id the tokenizer
+    lacks decodes to nothing (the full-size run on the H200 answered ``content`` None and
+    streamed no text, tests/fixtures/vllm-cuda/h200-runs). Every id but the special tokens
+    decodes to text, and encoding still yields the trained tokens, never a filler."""
+    tok = build_tokenizer(shape.vocab)
+    assert tok.get_vocab_size() == shape.vocab
+    texts = tok.decode_batch([[i] for i in range(shape.vocab)])
+    empty = {i for i, t in enumerate(texts) if not t}
+    assert empty == {tok.token_to_id(t) for t in SPECIAL}
+    assert texts[shape.vocab - len(SPECIAL) - 100] != ""
+    ids = tok.encode("The capital of France is Paris.").ids
+    assert tok.decode(ids) == "The capital of France is Paris."
+    assert not [i for i in ids if tok.id_to_token(i) == FILLER.format(i)]
+
+
+def test_a_vocabulary_smaller_than_the_tokenizers_is_refused():
+    with pytest.raises(ValueError, match="vocab_size 100 is smaller"):
+        build_tokenizer(100)
+
+
+def test_the_written_tokenizer_has_the_configs_vocab_size(tiny_int4):
+    config = json.loads((tiny_int4 / "config.json").read_text())
+    tok = Tokenizer.from_file(str(tiny_int4 / "tokenizer.json"))
+    assert tok.get_vocab_size() == config["text_config"]["vocab_size"] == TINY.vocab

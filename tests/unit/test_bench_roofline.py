@@ -5,6 +5,7 @@ the table."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,51 @@ def test_the_table_prints_the_fraction():
     record = {"started": "t", "vllm": {}, "seed_source": "seed", "arms": [arm]}
     text = table(record)
     assert "ceiling 310 steps/s; measured 110.6 steps/s = 35.7 %" in text
+
+
+H200_RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cuda" / "h200-runs"
+
+
+def _h200_run_roofline(run: str, tmp_path: Path) -> tuple[dict, dict]:
+    """A recorded rigup-bench run of the full-size random-weight 27B on one H200 (gpu-serve,
+    2026-12-01; recorded before rigup-bench printed the roofline) through arm_roofline, with the
+    config.json lab/tiny wrote for that checkpoint: (the record, its roofline)."""
+    from lab.tiny.shape import QWEN36_27B
+    from lab.tiny.shape import config_json as tiny_config_json
+    from lab.tiny.tokenizer import build_tokenizer
+
+    record = json.loads((H200_RUNS / run / "bench.json").read_text(encoding="utf-8"))
+    config = tiny_config_json(build_tokenizer(QWEN36_27B.vocab), "hybrid-int4", QWEN36_27B)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    cfg = {
+        "vllm": {"model_dir": str(tmp_path), "kv_cache_dtype": "fp8_e5m2",
+                 "tensor_parallel_size": record["machine"]["gpu_count"]},
+        "gpus": {"count": record["machine"]["gpu_count"]},
+    }  # fmt: skip
+    gpu = record["machine"]["gpu"]
+    host = Host(runner=lambda argv, env=None, timeout=None: (0, f"{gpu}\n"))
+    return record, arm_roofline(cfg, host, record["arms"][0]["rows"])
+
+
+def test_the_h200_decode_without_mtp_is_35_percent_of_its_ceiling(tmp_path):
+    """Decode 110.0 tok/s at 1 user, no MTP, 256 in / 512 out (--scale 0.5: a mean context of
+    512 tokens): 15.46 GB a step / 4.8 TB/s = 311 steps/s; measured 110.0 = 35.4 %."""
+    record, r = _h200_run_roofline("full-nomtp", tmp_path)
+    assert record["machine"] == {**record["machine"], "gpu": "NVIDIA H200", "mtp": False}
+    assert r["bytes_per_step"]["context_tokens"] == 512
+    assert round(r["bytes_per_step"]["total"] / 1e9, 2) == 15.46
+    assert round(r["ceiling_steps_s"]) == 311
+    assert round(r["measured_steps_s"], 1) == 110.0
+    assert round(100 * r["fraction"], 1) == 35.4
+    record["arms"][0]["roofline"] = r
+    assert "ceiling 311 steps/s; measured 110.0 steps/s = 35.4 %" in table(record)
+
+
+def test_the_h200_decode_with_mtp_and_random_weights_is_a_step_a_token(tmp_path):
+    """MTP 3 with random weights accepts nothing (mean acceptance length 1.0): 29.5 tok/s is
+    29.5 steps/s, 9.5 % of the ceiling; each step also runs the drafter three times and verifies
+    four tokens, which the roofline does not count."""
+    record, r = _h200_run_roofline("full-mtp", tmp_path)
+    assert record["arms"][0]["rows"][0]["acceptance"]["mean_length"] == 1.0
+    assert round(r["measured_steps_s"], 1) == 29.5
+    assert round(100 * r["fraction"], 1) == 9.5

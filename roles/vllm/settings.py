@@ -137,7 +137,12 @@ def generation_config(value: Any) -> str | None:
             f"{', '.join(GENERATION_KEYS)}"
         )
     bad = {k: v for k, v in value.items() if isinstance(v, bool) or not isinstance(v, (int, float))}
-    return f"values must be numbers, got {bad}" if bad else None
+    if bad:
+        return f"values must be numbers, got {bad}"
+    tokens = value.get("max_new_tokens")
+    if tokens is not None and (not isinstance(tokens, int) or tokens < 1):
+        return f"max_new_tokens must be a whole number of tokens, 1 or more, got {tokens!r}"
+    return None
 
 
 RULES: dict[str, Check] = {
@@ -197,6 +202,12 @@ def consistency(values: Mapping[str, Any]) -> list[str]:
         problems.append(
             f"vllm_long_prefill_token_threshold: {threshold} is above vllm_max_model_len "
             f"({values['vllm_max_model_len']})"
+        )
+    max_new = values["vllm_override_generation_config"].get("max_new_tokens")
+    if max_new is not None and max_new >= values["vllm_max_model_len"]:
+        problems.append(
+            f"vllm_override_generation_config: max_new_tokens {max_new} leaves no room for a prompt "
+            f"in vllm_max_model_len ({values['vllm_max_model_len']}); keep it below"
         )
     spec = values["vllm_speculative_config"]
     if values["vllm_enable_prefix_caching"] and spec and spec.get("method") == "mtp":

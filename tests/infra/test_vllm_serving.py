@@ -93,7 +93,9 @@ def test_chat_completion_answers_with_reasoning_apart(client, data):
     )
     choice = reply.choices[0]
     message = choice.message
-    reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
+    # vLLM 0.22.1 returns the thinking as `reasoning`; `reasoning_content` is gone (vllm#33402)
+    reasoning = getattr(message, "reasoning", None)
+    assert getattr(message, "reasoning_content", None) is None, reply
     assert reply.usage.completion_tokens > 0, reply
     assert message.content or reasoning, f"an empty answer: {reply}"
     if data.get("vllm_reasoning_parser"):

@@ -18,7 +18,8 @@ code the server runs next, as far as that code runs without a GPU:
    valid names.
    Then every name vLLM resolves only at start, against the installed vLLM's registries
    (vllm_names.py next to this script: reasoning and tool-call parsers, chat template,
-   quantization method, load format, tokenizer mode, speculative method), all failures at once,
+   quantization method, load format, tokenizer mode, speculative method, model implementation,
+   config format, Mamba backend), all failures at once,
    each naming the rigup setting and the valid names.
 2. ServeSubcommand.validate (validate_parsed_serve_args), and the positional model taking
    precedence over --model as in ServeSubcommand.cmd.

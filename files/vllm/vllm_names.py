@@ -125,6 +125,24 @@ def _speculative_methods(ns) -> list[str]:
     return list(typing.get_args(SpeculativeMethod))
 
 
+def _model_impls(ns) -> list[str]:
+    from vllm.config.model import ModelImpl
+
+    return list(typing.get_args(ModelImpl))
+
+
+def _config_formats(ns) -> list[str]:
+    from vllm.transformers_utils.config import _CONFIG_FORMAT_TO_CONFIG_PARSER
+
+    return ["auto", *_CONFIG_FORMAT_TO_CONFIG_PARSER]
+
+
+def _mamba_backends(ns) -> list[str]:
+    from vllm.config.mamba import MambaBackendEnum
+
+    return [member.name.lower() for member in MambaBackendEnum]
+
+
 def chat_template_names() -> list[str]:
     """vLLM's built-in chat templates (vllm/transformers_utils/chat_templates/*.jinja)."""
     from vllm.transformers_utils.chat_templates.registry import CHAT_TEMPLATES_DIR
@@ -139,14 +157,15 @@ class NameRule:
     ``dest``: argparse destination; ``key``: for a JSON flag, the key inside it; ``what``: the
     kind of name, for the message; ``source``: vLLM 0.22.1's function that resolves it;
     ``names``: reads the valid names from the installed vLLM given the parsed namespace;
-    ``accepts``: values that need no lookup (``auto``, a registered class path, ...)."""
+    ``fold``: how vLLM normalises the value before the lookup (e.g. ``str.lower`` where it
+    upper-cases an enum member's name)."""
 
     dest: str
     what: str
     source: str
     names: Callable[[typing.Any], list[str]]
     key: str | None = None
-    accepts: Callable[[str], bool] = lambda value: False
+    fold: Callable[[str], str] = str
 
 
 RULES: tuple[NameRule, ...] = (
@@ -187,6 +206,25 @@ RULES: tuple[NameRule, ...] = (
         _speculative_methods,
         key="method",
     ),
+    NameRule(
+        "model_impl",
+        "model implementation",
+        "ModelConfig.model_impl (ModelImpl), vllm/config/model.py",
+        _model_impls,
+    ),
+    NameRule(
+        "config_format",
+        "config format",
+        "get_config_parser, vllm/transformers_utils/config.py",
+        _config_formats,
+    ),
+    NameRule(
+        "mamba_backend",
+        "Mamba backend",
+        "MambaBackendEnum[name.upper()], EngineArgs.create_engine_config, vllm/engine/arg_utils.py",
+        _mamba_backends,
+        fold=str.lower,
+    ),
 )
 
 
@@ -219,10 +257,10 @@ def name_problems(ns, dests: Iterable[str], label_of: Callable[[str], str]) -> l
         value = getattr(ns, rule.dest, None)
         if rule.key is not None:
             value = value.get(rule.key) if isinstance(value, dict) else None
-        if not isinstance(value, str) or not value or rule.accepts(value):
+        if not isinstance(value, str) or not value:
             continue
         names = rule.names(ns)
-        if value not in names:
+        if rule.fold(value) not in {rule.fold(name) for name in names}:
             label = label_of(rule.dest)
             if rule.key:
                 label = f"{label}: {rule.key}"

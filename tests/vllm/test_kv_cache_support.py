@@ -43,6 +43,11 @@ def _generate(tmp_path) -> str:
 
 def test_the_committed_table_is_what_the_pinned_vllm_says(tmp_path):
     generated = json.loads(_generate(tmp_path))
+    if generated["build"] != "cuda":
+        pytest.skip(
+            "this vLLM is the CPU build, which has no CUDA platform code; the table is the CUDA "
+            "build's (tests/lab runs tests/vllm with it: RIGUP_VLLM_PYTHON)"
+        )
     assert generated["vllm_version"] == pinned_version()
     assert generated == json.loads(TABLE.read_text()), (
         "roles/vllm/kv_cache_support.json is stale: regenerate it with "

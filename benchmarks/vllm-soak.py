@@ -81,11 +81,8 @@ def main(argv: list[str]) -> int:
                     max_tokens=opts.max_tokens,
                 )
                 message = reply.choices[0].message
-                text = (message.content or "") + (
-                    getattr(message, "reasoning", None)
-                    or getattr(message, "reasoning_content", None)
-                    or ""
-                )
+                # vLLM 0.22.1: the thinking is `reasoning` (vllm#33402)
+                text = (message.content or "") + (getattr(message, "reasoning", None) or "")
                 with lock:
                     totals["requests"] += 1
                     totals["tokens"] += reply.usage.completion_tokens

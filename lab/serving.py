@@ -74,8 +74,9 @@ def first_token_seconds(port: int, model: str, prompt: str = "Hello!") -> tuple[
     )
     for chunk in stream:
         delta = chunk.choices[0].delta if chunk.choices else None
-        text = (getattr(delta, "content", None) or getattr(delta, "reasoning_content", None)
-                or getattr(delta, "reasoning", None) or "") if delta else ""  # fmt: skip
+        # vLLM 0.22.1 streams the thinking as `reasoning` (vllm#33402 removed reasoning_content)
+        text = (getattr(delta, "content", None) or getattr(delta, "reasoning", None)
+                or "") if delta else ""  # fmt: skip
         if text and first is None:
             first = time.monotonic() - started
         parts.append(text)

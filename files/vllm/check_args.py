@@ -14,7 +14,13 @@ code the server runs next, as far as that code runs without a GPU:
    vllm/entrypoints/cli/main.py does (ServeSubcommand.subparser_init -> make_arg_parser on a
    FlexibleArgumentParser), parsing ["serve", *argv]. Unknown or misspelled flags, invalid
    choices, bad values and bad JSON (e.g. in --speculative-config) fail here with argparse's
-   own message.
+   own message; an invalid choice names the rigup setting (from --managed) and the closest
+   valid names.
+   Then every name vLLM resolves only at start, against the installed vLLM's registries
+   (vllm_names.py next to this script: reasoning and tool-call parsers, chat template,
+   quantization method, load format, tokenizer mode, speculative method, model implementation,
+   config format, Mamba backend), all failures at once,
+   each naming the rigup setting and the valid names.
 2. ServeSubcommand.validate (validate_parsed_serve_args), and the positional model taking
    precedence over --model as in ServeSubcommand.cmd.
 3. Each given value checked against the pydantic field of the vLLM config class that owns the
@@ -73,7 +79,8 @@ import sys
 import typing
 import warnings
 
-from vllm_offline import ensure_platform, json_result_writer  # next to this script
+from vllm_names import explain_invalid_choice, label_for, name_problems  # next to this script
+from vllm_offline import ensure_platform, json_result_writer
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -249,7 +256,29 @@ def _jsonable(value):
     return str(value)
 
 
-def check(argv: list[str], with_model: bool) -> dict:
+def labeller(serve: argparse.ArgumentParser, argv: list[str], spec: dict | None):
+    """``label_of(dest)``: who set a destination, for messages: the rigup setting of a managed
+    flag (``spec``: check_managed's JSON), ``vllm_extra_args: --flag`` for one the user's extra
+    arguments set, else the flag."""
+    managed: dict[str, str] = {}
+    extra_dests: set[str] = set()
+    if spec:
+        for flag, setting in spec["managed"].items():
+            action = serve._option_string_actions.get(flag)
+            if action is not None:
+                managed.setdefault(flag_of(serve, action.dest), setting)
+        try:
+            extra_dests = set(given_dests(serve, argv[int(spec["extra_start"]) :]))
+        except (_ParseError, ValueError):
+            pass  # the full parse reports it
+
+    def label_of(dest: str) -> str:
+        return label_for(flag_of(serve, dest), dest in extra_dests, managed)
+
+    return label_of
+
+
+def check(argv: list[str], with_model: bool, managed: dict | None = None) -> dict:
     import vllm
 
     result: dict = {"vllm_version": vllm.__version__, "platform": ensure_platform()}
@@ -257,13 +286,25 @@ def check(argv: list[str], with_model: bool) -> dict:
     warn: list[str] = []
 
     top, serve, command = build_parser()
+    label_of = labeller(serve, argv, managed)
     try:
         ns = top.parse_args(["serve", *argv])
     except _ParseError as e:
-        raise CheckFailed(explain_parse_error(str(e))) from None
+        by_flag = serve._option_string_actions
+        explained = explain_invalid_choice(
+            str(e), lambda flag: label_of(by_flag[flag].dest) if flag in by_flag else flag
+        )
+        raise CheckFailed(explained or explain_parse_error(str(e))) from None
     except ValueError as e:  # FlexibleArgumentParser's own checks, e.g. model not first
         raise CheckFailed(str(e)) from None
     steps.append("vllm serve parser")
+
+    dests = [d for d in given_dests(serve, argv) if d != "model_tag"]
+    # names vLLM looks up only at start (parsers, chat template, quantization, ...): all at once
+    problems = name_problems(ns, dests, label_of)
+    if problems:
+        raise CheckFailed("\n".join(problems))
+    steps.append("names vLLM resolves at start")
 
     try:
         command.validate(ns)
@@ -273,7 +314,6 @@ def check(argv: list[str], with_model: bool) -> dict:
     if getattr(ns, "model_tag", None) is not None:  # as ServeSubcommand.cmd does
         ns.model = ns.model_tag
 
-    dests = [d for d in given_dests(serve, argv) if d != "model_tag"]
     for token in argv:
         if token.startswith("--"):
             # FlexibleArgumentParser accepts `--a_b` for `--a-b` and `--a.key v` for JSON keys;
@@ -493,10 +533,12 @@ def main(argv: list[str]) -> int:
         import vllm.logger  # configures vLLM's logging (dictConfig) before we add a handler
 
         logging.getLogger("vllm").addHandler(vllm_warnings)
-        result = check(serve_argv, opts.with_model)
+        spec = None
         if opts.managed:
             with open(opts.managed, encoding="utf-8") as f:
                 spec = json.load(f)
+        result = check(serve_argv, opts.with_model, spec)
+        if spec is not None:
             check_managed(build_parser()[1], serve_argv, spec)
             result["checks"].append("managed flags")
         result["vllm_warnings"] = vllm_warnings.messages

@@ -128,7 +128,10 @@ vllm_text_only_method = "language_model_only"
 #     "club-3090" = the 2x3090 Qwen3.6-27B AutoRound INT4 recipe (noonghunna/club-3090,
 #     models/qwen3.6-27b/vllm/compose/dual/autoround-int4/fp8-mtp.yml); "vLLM code" = the pinned
 #     release's source (file names in docs/serving.md).
-vllm_reasoning_parser = "qwen3"  # club-3090; thinking goes to reasoning_content ("" = off)
+# club-3090. The thinking comes back as the message's `reasoning` field (streamed: delta.reasoning),
+# the answer as `content`; vLLM 0.22.1 no longer sends `reasoning_content` (vllm#33402), so a
+# client that reads only that name loses the thinking. "" = off (the thinking stays in content).
+vllm_reasoning_parser = "qwen3"
 # Tool calling (--enable-auto-tool-choice): Qwen3.6's chat template writes
 # <tool_call><function=...><parameter=...>, which vLLM 0.22.1's qwen3_coder parser reads (club-3090;
 # vLLM code). "" = requests with tools are refused.
@@ -147,12 +150,18 @@ vllm_enable_chunked_prefill = True  # vLLM 0.22.1's default for this model, stat
 vllm_long_prefill_token_threshold = 2048
 # Qwen's sampling defaults for thinking mode (club-3090; vLLM 0.22.1 honours temperature, top_p,
 # top_k, min_p, repetition_penalty and max_new_tokens here). {} = the model's generation_config.json
+# max_new_tokens: the answer length (tokens) of a request that sets no max_tokens, which would
+# otherwise run to the end of the 262144-token context (vllm#30599); vLLM 0.22.1 also caps every
+# request's max_tokens at it (entrypoints/utils.py get_max_tokens takes the smallest). 32768 is
+# Qwen's recommended output length for most queries (Qwen3 model cards, "Best Practices"); raise it
+# for long agent outputs.
 vllm_override_generation_config = {
     "temperature": 0.6,
     "top_p": 0.95,
     "top_k": 20,
     "min_p": 0.0,
     "repetition_penalty": 1.0,
+    "max_new_tokens": 32768,
 }
 # API key: the controller's environment variable that holds it (like HF_TOKEN); stored 0600 on the
 # host, handed to vLLM through the environment (VLLM_API_KEY), never in argv, unit or output.

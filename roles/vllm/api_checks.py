@@ -133,8 +133,9 @@ def completion(api: Api) -> dict:
 
 
 def reasoning_of(message: dict) -> str | None:
-    """The reasoning vLLM split from the content (``reasoning``; older: ``reasoning_content``)."""
-    return message.get("reasoning") or message.get("reasoning_content")
+    """The reasoning vLLM 0.22.1 split from the content: ``reasoning`` (``reasoning_content`` was
+    removed, vllm#33402)."""
+    return message.get("reasoning")
 
 
 def chat_reasoning_apart(api: Api, reasoning_parser: bool = True) -> dict:
@@ -148,6 +149,11 @@ def chat_reasoning_apart(api: Api, reasoning_parser: bool = True) -> dict:
         raise CheckFailed(f"an empty answer ({why}): {reply}")
     if reasoning_parser and ("<think>" in content or "</think>" in content):
         raise CheckFailed(f"reasoning landed in content: {content!r}")
+    if message.get("reasoning_content") is not None:
+        raise CheckFailed(
+            "the answer carries reasoning_content, which vLLM 0.22.1 no longer sends "
+            f"(vllm#33402: the thinking is `reasoning`): {reply}"
+        )
     return {"content": content, "reasoning": reasoning}
 
 

@@ -43,6 +43,7 @@ from roles.common.setting import (
     rules,
     setting,
 )
+from roles.vllm import combinations
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "vllm"
 LOCK = FILES / "requirements.lock"
@@ -122,7 +123,12 @@ def generation_config(value: Any) -> str | None:
             f"{', '.join(GENERATION_KEYS)}"
         )
     bad = {k: v for k, v in value.items() if isinstance(v, bool) or not isinstance(v, (int, float))}
-    return f"values must be numbers, got {bad}" if bad else None
+    if bad:
+        return f"values must be numbers, got {bad}"
+    tokens = value.get("max_new_tokens")
+    if tokens is not None and (not isinstance(tokens, int) or tokens < 1):
+        return f"max_new_tokens must be a whole number of tokens, 1 or more, got {tokens!r}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -245,6 +251,18 @@ def long_prefill_threshold(values: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def max_new_tokens_fits(values: Mapping[str, Any]) -> list[str]:
+    """The server-wide answer cap (max_new_tokens of vllm_override_generation_config) leaves room
+    for a prompt in the context."""
+    max_new = values["vllm_override_generation_config"].get("max_new_tokens")
+    if max_new is not None and max_new >= values["vllm_max_model_len"]:
+        return [
+            f"vllm_override_generation_config: max_new_tokens {max_new} leaves no room for a prompt "
+            f"in vllm_max_model_len ({values['vllm_max_model_len']}); keep it below"
+        ]
+    return []
+
+
 def prefix_caching_with_mtp(values: Mapping[str, Any]) -> list[str]:
     """Prefix caching with MTP corrupts Qwen3.6's recurrent state on vLLM 0.22.1 (vllm#43559)."""
     spec = values["vllm_speculative_config"]
@@ -270,8 +288,10 @@ CONSISTENCY = (
     cpu_build_lock,
     batch_fits_blocks,
     long_prefill_threshold,
+    max_new_tokens_fits,
     prefix_caching_with_mtp,
     extra_args_unmanaged,
+    combinations.problems,
 )
 
 

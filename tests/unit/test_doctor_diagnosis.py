@@ -63,6 +63,10 @@ def ids(verdicts) -> list[str]:
         ("vllm-logs/field-tool-parser.log", "vllm-parser-name", ["'qwen3'", "qwen3_coder"]),
         ("vllm-logs/field-port-in-use.log", "vllm-port-in-use", ["vllm_port"]),
         ("vllm-logs/field-unknown-quantization.log", "vllm-quantization", ["awq_marlin2"]),
+        ("vllm-logs/field-custom-allreduce-expandable-segments.log",
+         "vllm-custom-allreduce/expandable-segments",
+         ["'invalid argument'", "expandable_segments:True from vllm_env",
+          "'--disable-custom-all-reduce'", "'--enforce-eager'"]),
     ],
 )  # fmt: skip
 def test_each_vllm_failure_is_named_with_its_fix(fixture, first, words):
@@ -87,6 +91,22 @@ def test_an_unknown_engine_failure_names_the_last_python_error():
     assert v.id == "vllm-engine-failed" and v.what == "vLLM's engine died"
     assert "'function' object is not subscriptable" in v.why
     assert all(n.severity == diagnosis.OK for n in notes)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:455 'invalid argument'",
+        "(Worker_TP1 pid=9) Failed: Cuda error /tmp/vllm/csrc/custom_all_reduce.cuh:312 "
+        "'operation not permitted when stream is capturing'",
+    ],
+)
+def test_custom_all_reduce_failure_is_named_before_the_dead_worker(line):
+    """The custom all-reduce's own CUDA error, wherever vLLM was built and whatever the CUDA
+    error, names the cause ahead of the generic "worker died" that follows it."""
+    text = f"{line}\n(EngineCore pid=1) ERROR Worker proc VllmWorker-1 died unexpectedly\n"
+    verdicts = diagnosis.classify_vllm_log(text)
+    assert ids(verdicts)[:2] == ["vllm-custom-allreduce/expandable-segments", "vllm-worker-died"]
 
 
 def test_collective_timeout_and_rpc_timeout_are_named_beside_nccl():

@@ -241,6 +241,8 @@ def test_prefix_caching_with_mtp_is_refused_on_this_release(settings):
         ("vllm_long_prefill_token_threshold", 16384, "must be below vllm_max_num_batched_tokens"),
         ("vllm_override_generation_config", {"presence_penalty": 1.5}, "ignores presence_penalty"),
         ("vllm_override_generation_config", {"temperature": "hot"}, "must be numbers"),
+        ("vllm_override_generation_config", {"max_new_tokens": 0}, "max_new_tokens must be"),
+        ("vllm_override_generation_config", {"max_new_tokens": 512.5}, "max_new_tokens must be"),
         ("vllm_tool_call_parser", "Qwen3 Coder", "tool-call parser name"),
         ("vllm_max_num_seqs", 0, "between 1 and 1024"),
         ("vllm_api_key_env", "VLLM API KEY", "environment variable name"),
@@ -250,6 +252,14 @@ def test_bad_serving_default_is_named(settings, key, value, fragment):
     settings[key] = value
     (problem,) = validate(settings)
     assert problem.startswith(f"{key}: ") and fragment in problem, problem
+
+
+def test_default_answer_length_must_leave_room_for_a_prompt(settings):
+    settings["vllm_override_generation_config"] = {"max_new_tokens": 262144}
+    (problem,) = validate(settings)
+    assert problem.startswith("vllm_override_generation_config: max_new_tokens 262144"), problem
+    settings["vllm_override_generation_config"] = {"max_new_tokens": 262143}
+    assert validate(settings) == []
 
 
 @pytest.mark.parametrize("dtype", ["fp8", "fp8_e4m3"])

@@ -38,7 +38,8 @@ def test_serving_defaults_qwen_users_expect(settings):
     assert args[args.index("--long-prefill-token-threshold") + 1] == "2048"
     generation = json.loads(args[args.index("--override-generation-config") + 1])
     assert generation == {
-        "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0, "repetition_penalty": 1.0
+        "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0, "repetition_penalty": 1.0,
+        "max_new_tokens": 32768,  # a request without max_tokens stops there (vllm#30599)
     }  # fmt: skip
     assert "--api-key" not in args, "the key travels in the environment, never in argv"
 

@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHECK_ARGS = REPO / "files" / "vllm" / "check_args.py"
 TEXT_ONLY = REPO / "files" / "vllm" / "text_only_check.py"
 SHARED = REPO / "files" / "vllm" / "vllm_offline.py"
+NAMES = REPO / "files" / "vllm" / "vllm_names.py"
 ON_LAB = os.environ.get("RIGUP_VLLM_ON_LAB") == "1"
 #: the venv rigup deploys (roles/common/paths.py, default settings)
 LAB_PYTHON = "/opt/rigup/vllm/venv/bin/python"
@@ -150,11 +151,79 @@ MANAGED_CASES = {
 }
 
 
+#: names vLLM 0.22.1 resolves only at start, set through rigup's settings (overrides) or
+#: vllm_extra_args, and the problem lines check_args.py --managed must print (None: accepted).
+#: vllm_names.py reads the valid names from the pinned vLLM's registries.
+NAME_CASES: dict[str, tuple[dict, list[str], list[str] | None]] = {
+    "names_parsers": (
+        {"vllm_reasoning_parser": "qwen4", "vllm_tool_call_parser": "qwen3coder"},
+        [],
+        [
+            "vllm_reasoning_parser: 'qwen4' is not a reasoning parser of this vLLM (did you mean qwen3",
+            "vllm_tool_call_parser: 'qwen3coder' is not a tool-call parser of this vLLM (did you "
+            "mean qwen3_coder",
+        ],
+    ),
+    "names_extra": (
+        {},
+        [
+            "--chat-template",
+            "chatml",
+            "--quantization",
+            "autoround",
+            "--load-format",
+            "safetensor",
+            "--model-impl",
+            "transformer",
+        ],
+        [
+            "vllm_extra_args: --chat-template: 'chatml' is not a chat template file or built-in "
+            "chat template of this vLLM (did you mean template_chatml.jinja",
+            "vllm_extra_args: --quantization: 'autoround' is not a quantization method",
+            "vllm_extra_args: --load-format: 'safetensor' is not a load format of this vLLM (did "
+            "you mean safetensors",
+            "vllm_extra_args: --model-impl: 'transformer' is not a model implementation of this "
+            "vLLM (did you mean transformers",
+        ],
+    ),
+    "names_speculative_method": (
+        {"vllm_speculative_config": {"method": "mpt", "num_speculative_tokens": 3}},
+        [],
+        ["vllm_speculative_config: method: 'mpt' is not a speculative method (did you mean mtp"],
+    ),
+    "names_kv_cache_dtype": (
+        {"vllm_kv_cache_dtype": "fp8_e5m3"},
+        [],
+        ["vllm_kv_cache_dtype: invalid choice 'fp8_e5m3' (did you mean fp8_e5m2"],
+    ),
+    "names_valid": (
+        {"vllm_reasoning_parser": "qwen3", "vllm_tool_call_parser": "qwen3_coder"},
+        [
+            "--chat-template",
+            "template_chatml.jinja",
+            "--quantization",
+            "inc",
+            "--load-format",
+            "safetensors",
+            "--tokenizer-mode",
+            "hf",
+            "--mamba-backend",
+            "TRITON",  # vLLM upper-cases it: MambaBackendEnum[name.upper()]
+            "--model-impl",
+            "vllm",
+            "--config-format",
+            "hf",
+        ],
+        None,
+    ),
+}
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Run]:
     tmp = tmp_path_factory.mktemp("pinned-vllm")
     scripts = {}
-    for src in (CHECK_ARGS, TEXT_ONLY, SHARED):
+    for src in (CHECK_ARGS, TEXT_ONLY, SHARED, NAMES):
         scripts[src] = tmp / src.name
         shutil.copy2(src, scripts[src])
     ckpt = build_checkpoint(tmp / "ckpt")
@@ -196,6 +265,12 @@ def runs(tmp_path_factory) -> dict[str, Run]:
     )
     for name, (extra, _) in MANAGED_CASES.items():
         argvs[name] = [*rigup, *extra]
+    for name, (overrides, extra, _) in NAME_CASES.items():
+        settings = load_group_data() | {"vllm_extra_args": extra} | overrides
+        argvs[name] = _rigup_argv(settings, ckpt)
+        (tmp / f"{name}.managed.json").write_text(
+            json.dumps({"extra_start": len(argvs[name]) - len(extra), "managed": MANAGED})
+        )
 
     commands: dict[str, list[str]] = {}
     for name, argv in argvs.items():
@@ -204,6 +279,8 @@ def runs(tmp_path_factory) -> dict[str, Run]:
         extra = ["--with-model"] if name.startswith(("seed_with_model", "rigup_")) else []
         if name in MANAGED_CASES:
             extra = ["--managed", str(managed_file)]
+        if name in NAME_CASES:
+            extra = ["--managed", str(tmp / f"{name}.managed.json")]
         commands[name] = [VLLM_PYTHON, str(scripts[CHECK_ARGS]), str(path), *extra]
     for name, model, method in (
         ("text_only_lmo", ckpt, "language_model_only"),
@@ -354,10 +431,25 @@ def test_unknown_speculative_key_fails(runs):
 
 def test_invalid_kv_cache_dtype_lists_the_choices(runs):
     error = _failed(runs["bad_kv_dtype"])
-    assert "--kv-cache-dtype" in error and "invalid choice: 'fp8_e5m3'" in error
-    # Python < 3.12.8 quotes the choices ('auto', ...), newer argparse does not (auto, ...)
-    choices = re.split(r"[,\s()']+", error.split("choose from", 1)[1])
+    assert error.startswith("--kv-cache-dtype: invalid choice 'fp8_e5m3' (did you mean fp8_e5m2")
+    choices = error.split("; valid: ", 1)[1].split(", ")
     assert "fp8_e5m2" in choices and "auto" in choices, error
+
+
+@pytest.mark.parametrize("name", sorted(NAME_CASES))
+def test_names_resolved_at_start_are_checked_naming_the_setting(runs, name):
+    """Every name vLLM looks up only at start is checked against its registry, each failure in
+    one run, naming the rigup setting (or vllm_extra_args and the flag) and the closest names."""
+    expected = NAME_CASES[name][2]
+    r = runs[name]
+    if expected is None:
+        assert r.rc == 0, r.err[-2000:]
+        assert "names vLLM resolves at start" in r.result["checks"]
+        return
+    error = _failed(r)
+    for fragment in expected:
+        assert fragment in error, error
+    assert error.count(" is not a ") + error.count(": invalid choice ") == len(expected), error
 
 
 def test_out_of_range_value_fails_naming_the_flag(runs):

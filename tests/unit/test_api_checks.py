@@ -26,9 +26,11 @@ def test_every_check_runs_and_failures_are_named():
     assert issubclass(c.CheckFailed, AssertionError)  # pytest reports it as an assertion
 
 
-def test_reasoning_under_either_name():
+def test_reasoning_is_read_under_its_0_22_1_name_only():
+    """vLLM 0.22.1 sends the thinking as ``reasoning``; ``reasoning_content`` was removed
+    (vllm#33402), so a client reading it gets nothing."""
     assert c.reasoning_of({"reasoning": "r"}) == "r"
-    assert c.reasoning_of({"reasoning_content": "r2"}) == "r2"
+    assert c.reasoning_of({"reasoning_content": "r2"}) is None
     assert c.reasoning_of({"content": "x"}) is None
 
 

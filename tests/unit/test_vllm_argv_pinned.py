@@ -30,7 +30,7 @@ SHIPPED = [
     "--enable-auto-tool-choice",
     "--tool-call-parser", "qwen3_coder",
     "--override-generation-config",
-    '{"min_p":0.0,"repetition_penalty":1.0,"temperature":0.6,"top_k":20,"top_p":0.95}',
+    '{"max_new_tokens":32768,"min_p":0.0,"repetition_penalty":1.0,"temperature":0.6,"top_k":20,"top_p":0.95}',
 ]  # fmt: skip
 
 #: every optional flag off, both switches flipped, the strip method, one extra flag

@@ -172,24 +172,6 @@ _VLLM_LOG: list[Signature] = [
         reference="captured: tests/fixtures/vllm-cpu/fail-tp2-on-2-cores.log",
     ),
     Signature(
-        id="vllm-custom-allreduce/expandable-segments",
-        source="vllm-log",
-        severity=FAIL,
-        what="vLLM's custom all-reduce failed on the GPU ('{error}' in custom_all_reduce.cuh) "
-        "and the workers died",
-        why="the known cause on vLLM 0.22.1: PyTorch's expandable segments (expandable_segments:True in PYTORCH_CUDA_ALLOC_CONF "
-        "or PYTORCH_ALLOC_CONF, set through vllm_env) map the memory of the CUDA-graph buffers "
-        "in a way vLLM 0.22.1's custom all-reduce cannot open across GPUs; custom all-reduce "
-        "runs over a verified NVLink bridge (rigup-nvlink) with CUDA graphs on",
-        fix="remove expandable_segments:True from vllm_env; or keep it and add "
-        "'--disable-custom-all-reduce' (NCCL's all-reduce over NVLink) or '--enforce-eager' to "
-        "vllm_extra_args; then converge",
-        pattern=r"Cuda error \S*custom_all_reduce\.cuh:\d+ '(?P<error>[^']+)'",
-        reference="vllm#42609 (2x3090 NV4, vLLM 0.22, Qwen3.6-27B AutoRound INT4, TP=2, MTP 3, "
-        "fp8_e5m2; the fixes are not in 0.22.1); vLLM 0.22.1 csrc/custom_all_reduce.cuh CUDACHECK; "
-        "tests/fixtures/vllm-logs/field-custom-allreduce-expandable-segments.log",
-    ),
-    Signature(
         id="vllm-nccl/error",
         source="vllm-log",
         severity=FAIL,

@@ -1,6 +1,6 @@
 """What every rigup unit and path shows to the rest of the host: the sandbox of each unit
-(`systemd-analyze security`), no world-writable file under rigup's paths, uv's lock files
-root-only, and no service listening beyond loopback without an API key or its named opt-in."""
+(`systemd-analyze security`), nothing under rigup's paths writable by every user, uv's lock
+files root-only, and no service listening beyond loopback without an API key or its named opt-in."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from roles.common.facts import ListeningSockets
 from roles.common.urls import is_loopback
 from roles.nvidia import NVLINK_UNIT, POWER_UNIT
 from roles.voxcpm.paths import VoxcpmPaths
+from tests.infra.checks import writable_by_every_user
 
 #: The exposure each unit reached in the lab (systemd 257), and what it may not exceed: a higher
 #: score means a sandbox setting was lost. (systemd-analyze security: 0 safe ... 10 exposed)
@@ -45,20 +46,25 @@ def test_unit_sandbox_exposure(host, unit, request):
 
 
 def _rigup_roots(data, paths) -> list[str]:
-    roots = [paths.prefix, paths.etc, paths.state, paths.tmp, data.get("model_store_dir")]
+    roots = [paths.prefix, paths.etc, paths.state, paths.tmp, paths.uv_cache]
+    roots.append(data.get("model_store_dir"))
     if data.get("comfyui_install"):
         roots.append(ComfyuiPaths.from_data(data).base)
     return roots
 
 
 def test_no_world_writable_file_under_rigup_paths(host, data, paths):
-    """Nothing under rigup's directories is writable by every user (uv creates its lock files
-    0666). uv's wheel cache is left out: it is a 0700 root directory (test_base checks it), so
-    its lock files are out of other users' reach (and the lab shares it between machines)."""
-    roots = " ".join(_rigup_roots(data, paths))
-    out = host.run(f"find {roots} -perm -0002 ! -type l 2>/dev/null")
-    found = out.stdout.split()
-    assert not found, f"world-writable under rigup's paths: {found[:20]}; re-run the deploy"
+    """Nothing under rigup's directories is writable by every user. What lies in a directory
+    others cannot enter is out of their reach whatever its mode, and is not counted: uv's lock
+    files, which uv makes 0666 whatever the umask, in rigup's 0700 temp directory (a build of a
+    source distribution, on a cold uv cache) and uv cache (test_base checks both directories;
+    tests/infra/checks.py says how)."""
+    found = writable_by_every_user(host, _rigup_roots(data, paths))
+    assert not found, (
+        f"writable by every user under rigup's paths (mode, owner, path): {found[:20]}. "
+        "`chmod o-w` on each repairs it; re-running the deploy repairs the directories and uv "
+        "lock files it manages, not files put there by hand or by another program"
+    )
 
 
 def test_uv_lock_files_are_root_only(host, paths):

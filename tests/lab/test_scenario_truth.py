@@ -4,6 +4,7 @@ exposure and keys, restarts of an outdated or stuck unit."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import threading
@@ -15,6 +16,7 @@ from lab import scenario
 from lab.host import proc_children, proc_cmdline
 from lab.serving import lab_vllm_port
 from lab.step import StepResult
+from roles.common.facts import uv_env
 from tests.lab.labtools import (
     LAB_MARKS,
     active,
@@ -254,3 +256,45 @@ def test_clean_sigterm_restarts_voxcpm_and_a_mode_switch_keeps_it_stopped(media)
     assert active(lab, "voxcpm.service") == "inactive"
     lab.ssh("rigup-mode media")
     assert active(lab, "voxcpm.service") == "active"
+
+
+#: A project uv must build from source with setuptools (what a cold uv cache meets in a lock's
+#: sdist-only package): uv then makes its ``uv-setuptools-<hash>.lock`` 0666 in TMPDIR.
+SDIST_PROJECT = """[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+[project]
+name = "rigup-sdist-probe"
+version = "0"
+"""
+
+
+def test_a_source_build_leaves_nothing_every_user_can_write(converged):
+    """The cold uv cache's case, with the deploy's uv and environment (uv_env: TMPDIR is
+    rigup_tmp_dir): uv builds a source distribution and leaves its 0666 build lock in rigup's temp
+    directory, out of other users' reach (0700), so testinfra's check passes; a file others can
+    reach fails it, and the repair it names (`chmod o-w`) makes it pass."""
+    lab = converged
+    tmp, work = "/var/tmp/rigup", "/var/tmp/rigup/sdist-probe"
+    env = f"{uv_env('/var/cache/rigup/uv', tmp)} /opt/rigup/uv/bin/uv"
+    probe = "/opt/rigup/rigup-probe.txt"
+    try:
+        lab.ssh(
+            f"rm -rf {work} {tmp}/uv-setuptools-*.lock && mkdir -p {work}/project && "
+            f"printf %s {shlex.quote(SDIST_PROJECT)} > {work}/project/pyproject.toml && "
+            f"{env} venv -q --python python3 {work}/venv && "
+            f"{env} pip install -q --python {work}/venv/bin/python {work}/project",
+            timeout=600,
+        )
+        locks = lab.ssh(f"find {tmp} -maxdepth 1 -name 'uv-setuptools-*.lock' -perm -0666")
+        assert locks.stdout.strip(), "uv built no source distribution: the cold case did not happen"
+        check = ("-k", "world_writable")
+        assert infra(*check).ok, infra(*check).detail["output"]
+        lab.ssh(f"touch {probe} && chmod 0666 {probe}")
+        failed = infra(*check)
+        assert not failed.ok and f"666 root {probe}" in failed.detail["output"], failed.detail
+        assert "`chmod o-w` on each repairs it" in failed.detail["output"]
+        lab.ssh(f"chmod o-w {probe}")
+        assert infra(*check).ok
+    finally:
+        lab.ssh(f"rm -rf {work} {probe}", check=False)

@@ -54,6 +54,8 @@ SCRIPTS = {
     "vllm_offline.py": REPO / "files" / "vllm" / "vllm_offline.py",
     "checkpoint_preflight.py": REPO / "files" / "model" / "checkpoint_preflight.py",
 }
+#: imported at start-up by every process of vllm.service (its PYTHONPATH is ``<root>/lib``)
+SITECUSTOMIZE = REPO / "files" / "vllm" / "sitecustomize.py"
 
 
 def api_key_env_file(p: VllmPaths) -> tuple[str, str]:
@@ -168,7 +170,7 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     )
     svc = GpuService(settings, service_spec(settings, llm.path, cpus))
     svc.account("rigup vLLM service")
-    svc.directories(root_owned=(p.root, p.bin, p.etc))
+    svc.directories(root_owned=(p.root, p.bin, p.lib, p.etc))
     svc.api_key(key, key_env, p.secrets_dir, p.api_key_file, "VLLM_API_KEY")
     if device == "cpu":
         # vLLM's CPU kernels (vllm/_C_AVX512.abi3.so, _C.abi3.so) link libnuma: without it vLLM
@@ -201,6 +203,13 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     for name, src in SCRIPTS.items():
         mode = "644" if name.endswith("_offline.py") else "755"
         svc.put(f"Script {name}", src, f"{p.bin}/{name}", mode)
+    # on the unit's PYTHONPATH (roles/vllm/flags.py service_env): torch.distributed's store on
+    # loopback in every process of the service
+    svc.put(
+        "Module sitecustomize.py (the engine's store on loopback)",
+        SITECUSTOMIZE,
+        f"{p.lib}/sitecustomize.py",
+    )
 
     checks = svc.layout.checks
     venv_key = (_sha256(lock), settings.vllm_python)

@@ -1,6 +1,7 @@
 """What every rigup unit and path shows to the rest of the host: the sandbox of each unit
 (`systemd-analyze security`), nothing under rigup's paths writable by every user, uv's lock
-files root-only, and no service listening beyond loopback without an API key or its named opt-in."""
+files root-only, every socket of rigup's services on loopback (the API a setting binds beyond it
+only with an API key or its named opt-in), and the units' address filter as a second wall."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 
 import pytest
 
+from lab.hub_lab import HUB_UNIT
 from roles.comfyui.paths import ComfyuiPaths
 from roles.common.facts import ListeningSockets
 from roles.common.urls import is_loopback
@@ -81,8 +83,76 @@ def _listening(host) -> list[dict]:
     return fact.process(host.run(fact.command()).stdout.splitlines()) or []
 
 
+#: Each service's API: the settings of the address and port it serves on (its unit binds them).
+API = {
+    "vllm.service": ("vllm_host", "vllm_port"),
+    "voxcpm.service": ("voxcpm_host", "voxcpm_port"),
+    "comfyui.service": ("comfyui_host", "comfyui_port"),
+}
+#: rigup's services, and the lab's Hugging Face-compatible server (lab/hub_lab.py) where it runs
+RIGUP_UNITS = (*API, HUB_UNIT)
+
+
+def _api_beyond_loopback(data, unit: str, port: int) -> bool:
+    """True for ``unit``'s API port when its setting binds it beyond loopback (by choice: the
+    next test checks its key or opt-in)."""
+    if unit not in API:
+        return False
+    host_key, port_key = API[unit]
+    return port == int(data.get(port_key)) and not is_loopback(str(data.get(host_key)))
+
+
+def test_rigup_services_listen_on_loopback_only(host, data):
+    """Every TCP socket a rigup service's processes listen on, in the mode the host is in
+    (bin/rigup-lab lists both), is on loopback: the API, and the sockets vLLM's engine opens
+    for itself (torch.distributed's store, gloo and NCCL, ZeroMQ; roles/vllm/flags.py
+    service_env keeps them there). The one exception is an API a setting binds beyond
+    loopback, which the next test holds to its key or opt-in. The listing is printed."""
+    listing, wide = [], []
+    for sock in _listening(host):
+        where = f"{sock['address']}:{sock['port']}"
+        for proc in sock["processes"]:
+            if proc["unit"] not in RIGUP_UNITS:
+                continue
+            line = f"{proc['unit']} {proc['name']} (pid {proc['pid']}) {where}"
+            listing.append(line)
+            if not is_loopback(sock["address"]) and not _api_beyond_loopback(
+                data, proc["unit"], sock["port"]
+            ):
+                wide.append(line)
+    print("rigup services listening:\n  " + "\n  ".join(sorted(set(listing)) or ["none"]))
+    assert not wide, (
+        f"rigup services listen beyond loopback: {sorted(set(wide))}. vLLM's own sockets "
+        "follow roles/vllm/flags.py service_env (re-run deploys/vllm.py); an API follows its "
+        "*_host setting"
+    )
+
+
+@pytest.mark.parametrize("unit", list(API))
+def test_a_loopback_service_unit_allows_loopback_only(host, data, unit):
+    """The second wall: a service whose API is bound to loopback gets no IP traffic from or to
+    other hosts (IPAddressDeny=any, IPAddressAllow=localhost). systemd enforces it with a cgroup
+    BPF filter, so only on the unified cgroup hierarchy (cgroup v2: Ubuntu 26.04); whether it is
+    in force on this host is printed."""
+    if not _installed(host, unit):
+        pytest.skip(f"{unit} is not installed on this host")
+    bind = str(data.get(API[unit][0]))
+    if not is_loopback(bind):
+        pytest.skip(f"{unit} serves beyond loopback ({API[unit][0]} = {bind}): no address filter")
+    out = host.run(f"systemctl show {unit} -p IPAddressDeny -p IPAddressAllow")
+    got = {k: set(v.split()) for k, _, v in (x.partition("=") for x in out.stdout.split("\n"))}
+    assert got.get("IPAddressDeny") == {"0.0.0.0/0", "::/0"}, (
+        f"{unit} does not deny other addresses: {got}; re-run its deploy"
+    )
+    assert got.get("IPAddressAllow") == {"127.0.0.0/8", "::1/128"}, (
+        f"{unit} bound to loopback must allow loopback only: {got}; re-run its deploy"
+    )
+    fs = host.run("stat -fc %T /sys/fs/cgroup").stdout.strip()
+    print(f"{unit}: IP address filter {'in force' if fs == 'cgroup2fs' else 'NOT in force'} ({fs})")
+
+
 def test_services_beyond_loopback_have_a_key_or_their_opt_in(host, data, vllm_paths):
-    """Every socket a rigup service listens on: loopback, or the service has its API key
+    """The API of a service its setting binds beyond loopback: the service has its API key
     (stored root-only, 0600) and answers /v1/* without it 401, or (ComfyUI, no authentication)
     comfyui_allow_network_without_auth is set."""
     key_files = {
@@ -92,9 +162,9 @@ def test_services_beyond_loopback_have_a_key_or_their_opt_in(host, data, vllm_pa
     exposed = []
     for sock in _listening(host):
         units = {p["unit"] for p in sock["processes"]}
-        for unit in sorted(units & {"vllm.service", "voxcpm.service", "comfyui.service"}):
-            if is_loopback(sock["address"]):
-                continue
+        for unit in sorted(units & set(API)):
+            if is_loopback(sock["address"]) or not _api_beyond_loopback(data, unit, sock["port"]):
+                continue  # other sockets: test_rigup_services_listen_on_loopback_only
             where = f"{sock['address']}:{sock['port']}"
             if unit == "comfyui.service":
                 assert data.get("comfyui_allow_network_without_auth"), (

@@ -79,8 +79,8 @@ def converge(machine: LabMachine) -> int:
         machine.ssh("rigup-mode media >/dev/null", check=False)
         steps.append(scenario.verify())
         steps.append(serving.serve(machine))
-        if steps[-1].ok:
-            steps.append(scenario.verify(extra=list(scenario.LLM_MODE_SUITES), name="verify llm"))
+        if steps[-1].ok:  # the same checks a user runs, in the mode bin/rigup-lab leaves
+            steps.append(scenario.verify(name="verify llm"))
         for step in steps:
             if not step.ok and not step.skipped:
                 print(step.detail.get("output") or step.detail.get("stderr", ""), file=sys.stderr)
@@ -112,8 +112,7 @@ def layers(machine: LabMachine) -> int:
         else:
             steps.append(serving.serve(machine))
             if steps[-1].ok:
-                suites = list(scenario.LLM_MODE_SUITES)
-                steps.append(scenario.verify(extra=suites, name="verify llm"))
+                steps.append(scenario.verify(extra=list(scenario.LAYER_TESTS), name="verify llm"))
         for step in steps:
             if not step.ok and not step.skipped:
                 print(step.detail.get("output") or step.detail.get("stderr", ""), file=sys.stderr)

@@ -113,15 +113,6 @@ def idempotence(inventory: str = "inventory/lab.py", *deploys: str) -> StepResul
     return StepResult("idempotence", 1 if changed else 0, seconds, detail)
 
 
-#: testinfra modules about the LLM mode, run again once vLLM serves (``rigup-mode llm``)
-LLM_MODE_SUITES = (
-    "tests/infra/test_vllm.py",
-    "tests/infra/test_vllm_serving.py",
-    "tests/infra/test_modes.py",
-    "tests/infra/test_doctor.py",
-)
-
-
 def verify(
     inventory: str = "inventory/lab.py", extra: list[str] | None = None, name: str = "verify"
 ) -> StepResult:
@@ -160,12 +151,13 @@ def verify(
 
 #: The layers `python -m lab layers` converges: the base, the model store and LLM checkpoint,
 #: vLLM (deploys/vllm.py places the checkpoint it serves) and the modes that start it, with
-#: their testinfra modules.
+#: their testinfra modules (run in both modes: vLLM's serving checks skip outside the LLM mode).
 LAYER_DEPLOYS = ("deploys/base.py", "deploys/vllm.py", "deploys/modes.py")
 LAYER_TESTS = (
     "tests/infra/test_base.py",
     "tests/infra/test_model.py",
     "tests/infra/test_vllm.py",
+    "tests/infra/test_vllm_serving.py",
     "tests/infra/test_hardening.py",
 )
 

@@ -57,12 +57,10 @@ SCRIPTS = {
     "checkpoint_preflight.py": REPO / "files" / "model" / "checkpoint_preflight.py",
     "checkpoint_quant.py": REPO / "files" / "model" / "checkpoint_quant.py",
 }
-#: the SCRIPTS that are modules (imported by the others), installed 0644
-MODULES = ("vllm_offline.py", "checkpoint_quant.py")
-
-
-#: the scripts above that are imported by the others, not run
-MODULES = ("vllm_offline.py", "vllm_names.py")
+#: the SCRIPTS that are modules (imported by the others, not run), installed 0644
+MODULES = ("vllm_offline.py", "checkpoint_quant.py", "vllm_names.py")
+#: imported at start-up by every process of vllm.service (its PYTHONPATH is ``<root>/lib``)
+SITECUSTOMIZE = REPO / "files" / "vllm" / "sitecustomize.py"
 
 
 def api_key_env_file(p: VllmPaths) -> tuple[str, str]:
@@ -182,7 +180,7 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     )
     svc = GpuService(settings, service_spec(settings, llm.path, cpus))
     svc.account("rigup vLLM service")
-    svc.directories(root_owned=(p.root, p.bin, p.etc))
+    svc.directories(root_owned=(p.root, p.bin, p.lib, p.etc))
     svc.api_key(key, key_env, p.secrets_dir, p.api_key_file, "VLLM_API_KEY")
     if device == "cpu":
         # vLLM's CPU kernels (vllm/_C_AVX512.abi3.so, _C.abi3.so) link libnuma: without it vLLM
@@ -215,6 +213,13 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     for name, src in SCRIPTS.items():
         mode = "644" if name in MODULES else "755"
         svc.put(f"Script {name}", src, f"{p.bin}/{name}", mode)
+    # on the unit's PYTHONPATH (roles/vllm/flags.py service_env): torch.distributed's store on
+    # loopback in every process of the service
+    svc.put(
+        "Module sitecustomize.py (the engine's store on loopback)",
+        SITECUSTOMIZE,
+        f"{p.lib}/sitecustomize.py",
+    )
 
     checks = svc.layout.checks
     venv_key = (_sha256(lock), cfg.vllm_python)

@@ -14,7 +14,24 @@ from typing import Any
 from roles.common.command_line import exec_line
 from roles.common.setting import render
 from roles.common.urls import local_probe_url
+from roles.vllm.paths import VllmPaths
 from roles.vllm.settings import SETTINGS, VllmSettings
+
+#: Where vLLM's engine reaches its own processes on one rig: loopback, so none of its internal
+#: sockets (unauthenticated, pickle-based) listens on another address. Read by vLLM 0.22.1 at
+#: (vllm/utils/network_utils.py, vllm/envs.py), gloo and NCCL:
+LOOPBACK_ENV = {
+    # get_ip(): the address of the engine's message queues and of the single-process executor's
+    # torch.distributed init; unset, the address of the default route
+    "VLLM_HOST_IP": "127.0.0.1",
+    # get_loopback_ip(): the multiprocess executor's (tensor parallel) torch.distributed init
+    "VLLM_LOOPBACK_IP": "127.0.0.1",
+    # gloo, every vLLM process group's CPU side (the CPU build's tensor parallel): its pairs
+    # listen on this interface; unset, on the address the host name resolves to
+    "GLOO_SOCKET_IFNAME": "lo",
+    # NCCL's bootstrap and socket transport; unset, any interface but lo and docker*
+    "NCCL_SOCKET_IFNAME": "lo",
+}
 
 
 def serve_args(data: Mapping[str, Any] | Any, model_dir: str) -> list[str]:
@@ -43,7 +60,9 @@ def service_env(
     """Environment of the vLLM service (written to a 0640 env file, not the unit).
 
     ``home`` is the service user's state directory; every cache lives below it. Models are read
-    offline (HF_HUB_OFFLINE=1) from the placed directory; no telemetry leaves the host.
+    offline (HF_HUB_OFFLINE=1) from the placed directory; no telemetry leaves the host; every
+    socket the engine opens for itself listens on loopback (:data:`LOOPBACK_ENV`, and
+    ``PYTHONPATH`` naming the directory of files/vllm/sitecustomize.py).
     ``toolkit``: CUDA_HOME and PATH of the pinned CUDA toolkit (roles.nvidia.cuda_env), for the
     kernels FlashInfer and Triton compile at run time. ``vllm_env`` overrides any of these.
     """
@@ -61,6 +80,10 @@ def service_env(
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
+        **LOOPBACK_ENV,
+        # files/vllm/sitecustomize.py: torch.distributed's store on that loopback address too
+        # (torch binds it to every interface otherwise)
+        "PYTHONPATH": VllmPaths.from_data(data).lib,
     }
     if data.get("vllm_device") != "cpu":
         # PyTorch's sampler instead of FlashInfer's: +1.7-3.0 % decode with MTP on 2x3090

@@ -5,7 +5,11 @@ Each asserts with a message that names the problem and the deploy that repairs i
 
 from __future__ import annotations
 
+import shlex
+
 from roles.common.facts import uv_env
+from roles.modes import UP
+from roles.modes.budget import MODES, SERVICE_MODES
 
 
 def check_service_user(host, name: str, home: str, deploy: str) -> None:
@@ -62,3 +66,47 @@ def explain(host, unit: str) -> str:
     return (
         out.stdout + out.stderr
     ).strip() or f"rigup-explain {unit} printed nothing (rc {out.rc})"
+
+
+def active_mode_of(targets: dict[str, dict]) -> str | None:
+    """The GPU mode (``"llm"``, ``"media"``) whose target is up in ``targets`` (what
+    roles.modes.ModeTargets returns), or None when none or both are."""
+    up = [mode for mode, target in MODES.items() if targets.get(target, {}).get("state") in UP]
+    return up[0] if len(up) == 1 else None
+
+
+def mode_skip_reason(unit: str, active_mode: str | None) -> str | None:
+    """Why a check of ``unit`` serving cannot run now, or None when the host is in the mode
+    ``unit`` serves in (roles.modes.budget.SERVICE_MODES): the other mode's services are stopped
+    by design, so their serving checks skip with this reason instead of failing."""
+    mode = SERVICE_MODES[unit]
+    if active_mode == mode:
+        return None
+    return (
+        f"{unit} serves in the {mode} mode and this host is in "
+        f"{f'the {active_mode} mode' if active_mode else 'no mode'}: `sudo rigup-mode {mode}` "
+        "runs this check"
+    )
+
+
+def writable_by_every_user_command(roots: list[str]) -> str:
+    """The ``find`` command that lists, under ``roots``, what every user can write: entries with
+    the others' write bit (o+w) other than symlinks, one ``<octal mode> <owner> <path>`` line
+    each. A directory others cannot enter (no o+x) is not descended (``-prune``): nothing in it
+    is within other users' reach, whatever its own mode. That is how rigup keeps the files it
+    cannot choose the mode of: uv makes its lock files 0666 and chmods them so (a umask does not
+    help; measured with uv 0.13.9): the per-build ``uv-setuptools-<hash>.lock`` in TMPDIR
+    (``rigup_tmp_dir``, a 0700 root directory) when it builds a source distribution, and its
+    cache's locks (``uv_cache_dir``, 0700 root); the ``.lock`` of each venv, which others can
+    reach, rigup holds at 0600 (roles.common.venv.uv_lock_private)."""
+    quoted = " ".join(shlex.quote(root) for root in roots)
+    return (
+        f"find {quoted} -type d ! -perm -0001 -prune -o -perm -0002 ! -type l "
+        "-printf '%m %u %p\\n' 2>/dev/null"
+    )
+
+
+def writable_by_every_user(host, roots: list[str]) -> list[str]:
+    """``<mode> <owner> <path>`` of each entry under ``roots`` every user can write
+    (:func:`writable_by_every_user_command`)."""
+    return host.run(writable_by_every_user_command(roots)).stdout.splitlines()

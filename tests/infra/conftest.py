@@ -29,7 +29,10 @@ from roles.common.paths import Layout
 from roles.common.urls import local_probe_address
 from roles.model import placed_path
 from roles.model.paths import ModelPaths
+from roles.modes import ModeTargets
+from roles.modes.budget import MODES
 from roles.vllm.paths import VllmPaths
+from tests.infra.checks import active_mode_of, mode_skip_reason
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -228,5 +231,34 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+@pytest.fixture(scope="session")
+def active_mode(host) -> str | None:
+    """The GPU mode the host is in (``"llm"``, ``"media"``): the mode whose target
+    (roles.modes.budget.MODES) is up, read with the deploy's own fact (roles.modes.ModeTargets);
+    None when no mode target is up."""
+    fact = ModeTargets()
+    return active_mode_of(
+        fact.process(host.run(fact.command(list(MODES.values()))).stdout.splitlines())
+    )
+
+
+@pytest.fixture(autouse=True)
+def _serving_mode(request: pytest.FixtureRequest) -> None:
+    """Skip a test marked ``@pytest.mark.serving("x.service")`` when the host is not in that
+    unit's mode (:func:`mode_skip_reason`). Autouse: it runs before the test's own fixtures (a
+    tunnel to a stopped service would fail them)."""
+    marker = request.node.get_closest_marker("serving")
+    if marker is None:
+        return
+    reason = mode_skip_reason(marker.args[0], request.getfixturevalue("active_mode"))
+    if reason:
+        pytest.skip(reason)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "unit(name): the systemd unit a test is about")
+    config.addinivalue_line(
+        "markers",
+        "serving(name): the test needs the unit serving; skipped with the reason when the host "
+        "is in the other GPU mode (the unit is stopped there by design)",
+    )

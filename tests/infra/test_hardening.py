@@ -1,6 +1,7 @@
 """What every rigup unit and path shows to the rest of the host: the sandbox of each unit
-(`systemd-analyze security`), no world-writable file under rigup's paths, uv's lock files
-root-only, and no service listening beyond loopback without an API key or its named opt-in."""
+(`systemd-analyze security`), nothing under rigup's paths writable by every user, uv's lock
+files root-only, every socket of rigup's services on loopback (the API a setting binds beyond it
+only with an API key or its named opt-in), and the units' address filter as a second wall."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import re
 
 import pytest
 
+from lab.hub_lab import HUB_UNIT
 from roles.comfyui.paths import ComfyuiPaths
 from roles.common.facts import ListeningSockets
 from roles.common.urls import is_loopback
 from roles.nvidia import NVLINK_UNIT, POWER_UNIT
 from roles.voxcpm.paths import VoxcpmPaths
+from tests.infra.checks import writable_by_every_user
 
 #: The exposure each unit reached in the lab (systemd 257), and what it may not exceed: a higher
 #: score means a sandbox setting was lost. (systemd-analyze security: 0 safe ... 10 exposed)
@@ -45,20 +48,25 @@ def test_unit_sandbox_exposure(host, unit, request):
 
 
 def _rigup_roots(data, paths) -> list[str]:
-    roots = [paths.prefix, paths.etc, paths.state, paths.tmp, data.get("model_store_dir")]
+    roots = [paths.prefix, paths.etc, paths.state, paths.tmp, paths.uv_cache]
+    roots.append(data.get("model_store_dir"))
     if data.get("comfyui_install"):
         roots.append(ComfyuiPaths.from_data(data).base)
     return roots
 
 
 def test_no_world_writable_file_under_rigup_paths(host, data, paths):
-    """Nothing under rigup's directories is writable by every user (uv creates its lock files
-    0666). uv's wheel cache is left out: it is a 0700 root directory (test_base checks it), so
-    its lock files are out of other users' reach (and the lab shares it between machines)."""
-    roots = " ".join(_rigup_roots(data, paths))
-    out = host.run(f"find {roots} -perm -0002 ! -type l 2>/dev/null")
-    found = out.stdout.split()
-    assert not found, f"world-writable under rigup's paths: {found[:20]}; re-run the deploy"
+    """Nothing under rigup's directories is writable by every user. What lies in a directory
+    others cannot enter is out of their reach whatever its mode, and is not counted: uv's lock
+    files, which uv makes 0666 whatever the umask, in rigup's 0700 temp directory (a build of a
+    source distribution, on a cold uv cache) and uv cache (test_base checks both directories;
+    tests/infra/checks.py says how)."""
+    found = writable_by_every_user(host, _rigup_roots(data, paths))
+    assert not found, (
+        f"writable by every user under rigup's paths (mode, owner, path): {found[:20]}. "
+        "`chmod o-w` on each repairs it; re-running the deploy repairs the directories and uv "
+        "lock files it manages, not files put there by hand or by another program"
+    )
 
 
 def test_uv_lock_files_are_root_only(host, paths):
@@ -75,8 +83,76 @@ def _listening(host) -> list[dict]:
     return fact.process(host.run(fact.command()).stdout.splitlines()) or []
 
 
+#: Each service's API: the settings of the address and port it serves on (its unit binds them).
+API = {
+    "vllm.service": ("vllm_host", "vllm_port"),
+    "voxcpm.service": ("voxcpm_host", "voxcpm_port"),
+    "comfyui.service": ("comfyui_host", "comfyui_port"),
+}
+#: rigup's services, and the lab's Hugging Face-compatible server (lab/hub_lab.py) where it runs
+RIGUP_UNITS = (*API, HUB_UNIT)
+
+
+def _api_beyond_loopback(data, unit: str, port: int) -> bool:
+    """True for ``unit``'s API port when its setting binds it beyond loopback (by choice: the
+    next test checks its key or opt-in)."""
+    if unit not in API:
+        return False
+    host_key, port_key = API[unit]
+    return port == int(data.get(port_key)) and not is_loopback(str(data.get(host_key)))
+
+
+def test_rigup_services_listen_on_loopback_only(host, data):
+    """Every TCP socket a rigup service's processes listen on, in the mode the host is in
+    (bin/rigup-lab lists both), is on loopback: the API, and the sockets vLLM's engine opens
+    for itself (torch.distributed's store, gloo and NCCL, ZeroMQ; roles/vllm/flags.py
+    service_env keeps them there). The one exception is an API a setting binds beyond
+    loopback, which the next test holds to its key or opt-in. The listing is printed."""
+    listing, wide = [], []
+    for sock in _listening(host):
+        where = f"{sock['address']}:{sock['port']}"
+        for proc in sock["processes"]:
+            if proc["unit"] not in RIGUP_UNITS:
+                continue
+            line = f"{proc['unit']} {proc['name']} (pid {proc['pid']}) {where}"
+            listing.append(line)
+            if not is_loopback(sock["address"]) and not _api_beyond_loopback(
+                data, proc["unit"], sock["port"]
+            ):
+                wide.append(line)
+    print("rigup services listening:\n  " + "\n  ".join(sorted(set(listing)) or ["none"]))
+    assert not wide, (
+        f"rigup services listen beyond loopback: {sorted(set(wide))}. vLLM's own sockets "
+        "follow roles/vllm/flags.py service_env (re-run deploys/vllm.py); an API follows its "
+        "*_host setting"
+    )
+
+
+@pytest.mark.parametrize("unit", list(API))
+def test_a_loopback_service_unit_allows_loopback_only(host, data, unit):
+    """The second wall: a service whose API is bound to loopback gets no IP traffic from or to
+    other hosts (IPAddressDeny=any, IPAddressAllow=localhost). systemd enforces it with a cgroup
+    BPF filter, so only on the unified cgroup hierarchy (cgroup v2: Ubuntu 26.04); whether it is
+    in force on this host is printed."""
+    if not _installed(host, unit):
+        pytest.skip(f"{unit} is not installed on this host")
+    bind = str(data.get(API[unit][0]))
+    if not is_loopback(bind):
+        pytest.skip(f"{unit} serves beyond loopback ({API[unit][0]} = {bind}): no address filter")
+    out = host.run(f"systemctl show {unit} -p IPAddressDeny -p IPAddressAllow")
+    got = {k: set(v.split()) for k, _, v in (x.partition("=") for x in out.stdout.split("\n"))}
+    assert got.get("IPAddressDeny") == {"0.0.0.0/0", "::/0"}, (
+        f"{unit} does not deny other addresses: {got}; re-run its deploy"
+    )
+    assert got.get("IPAddressAllow") == {"127.0.0.0/8", "::1/128"}, (
+        f"{unit} bound to loopback must allow loopback only: {got}; re-run its deploy"
+    )
+    fs = host.run("stat -fc %T /sys/fs/cgroup").stdout.strip()
+    print(f"{unit}: IP address filter {'in force' if fs == 'cgroup2fs' else 'NOT in force'} ({fs})")
+
+
 def test_services_beyond_loopback_have_a_key_or_their_opt_in(host, data, vllm_paths):
-    """Every socket a rigup service listens on: loopback, or the service has its API key
+    """The API of a service its setting binds beyond loopback: the service has its API key
     (stored root-only, 0600) and answers /v1/* without it 401, or (ComfyUI, no authentication)
     comfyui_allow_network_without_auth is set."""
     key_files = {
@@ -86,9 +162,9 @@ def test_services_beyond_loopback_have_a_key_or_their_opt_in(host, data, vllm_pa
     exposed = []
     for sock in _listening(host):
         units = {p["unit"] for p in sock["processes"]}
-        for unit in sorted(units & {"vllm.service", "voxcpm.service", "comfyui.service"}):
-            if is_loopback(sock["address"]):
-                continue
+        for unit in sorted(units & set(API)):
+            if is_loopback(sock["address"]) or not _api_beyond_loopback(data, unit, sock["port"]):
+                continue  # other sockets: test_rigup_services_listen_on_loopback_only
             where = f"{sock['address']}:{sock['port']}"
             if unit == "comfyui.service":
                 assert data.get("comfyui_allow_network_without_auth"), (

@@ -5,7 +5,7 @@ and /metrics. The API checks are roles/vllm/api_checks.py's, which the GPU servi
 (benchmarks/gpu-serve) runs too.
 
 These run where vLLM runs: in the LLM mode (`rigup-mode llm`). In the other mode they are
-skipped with that reason; the lab runs them after switching (bin/rigup-lab, tests/lab).
+skipped with that reason; bin/rigup-lab runs the whole suite again after switching.
 """
 
 from __future__ import annotations
@@ -16,15 +16,9 @@ from roles.vllm import api_checks
 from roles.vllm.paths import UNIT, VllmPaths
 
 
-@pytest.fixture(scope="module", autouse=True)
-def llm_mode(host):
-    state = host.run(f"systemctl show -p ActiveState -p SubState --value {UNIT}").stdout.split()
-    if state != ["active", "running"]:
-        mode = host.run("rigup-mode 2>/dev/null | head -n 1").stdout.strip() or "no mode"
-        pytest.skip(
-            f"{UNIT} is {'/'.join(state) or 'not installed'} ({mode}): it serves in the LLM "
-            "mode (sudo rigup-mode llm)"
-        )
+#: every check here needs vllm.service serving: skipped with the reason outside the LLM mode
+#: (tests/infra/conftest.py's ``serving`` marker)
+pytestmark = pytest.mark.serving(UNIT)
 
 
 @pytest.fixture(scope="module")

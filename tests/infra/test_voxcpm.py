@@ -213,22 +213,34 @@ def test_env_file_private_offline_and_complete(host, data, vp):
 
 
 @pytest.mark.unit(UNIT)
-def test_service_state_follows_settings_and_gpus(host, should_run):
+def test_service_state_follows_settings_gpus_and_the_mode(host, should_run, active_mode):
+    """Where it can run, voxcpm.service is enabled (linked into rigup-media.target) and runs
+    exactly in the media mode; elsewhere it stays stopped and unlinked."""
     svc = host.service(UNIT)
     if should_run:
-        assert svc.is_enabled and svc.is_running, f"{UNIT} should be enabled and running"
+        media = active_mode == "media"
+        assert svc.is_enabled, f"{UNIT} should be enabled (linked into {MEDIA_TARGET})"
+        assert svc.is_running == media, (
+            f"{UNIT} {'is not' if media else 'is'} running in the {active_mode or 'no'} mode: "
+            "it runs exactly in the media mode"
+        )
     else:
         assert not svc.is_running and not svc.is_enabled, (
             f"{UNIT} must stay stopped and disabled on a host without GPUs or NVIDIA driver"
         )
 
 
+NOT_HERE = f"{UNIT} is not meant to run on this host (no GPU/driver, no test double)"
+
+
 @pytest.fixture
 def running(should_run):
+    """Skips where voxcpm.service never runs; the mode is the ``serving`` marker's part."""
     if not should_run:
-        pytest.skip(f"{UNIT} is not meant to run on this host (no GPU/driver, no test double)")
+        pytest.skip(NOT_HERE)
 
 
+@pytest.mark.serving(UNIT)
 @pytest.mark.unit(UNIT)
 def test_listens_on_the_configured_address_only(host, data, running):
     sockets = host.run(f"ss -Htln 'sport = :{data.get('voxcpm_port')}'").stdout.split("\n")
@@ -237,6 +249,7 @@ def test_listens_on_the_configured_address_only(host, data, running):
     assert local == [want], f"{UNIT} listens on {local}, expected only {want}"
 
 
+@pytest.mark.serving(UNIT)
 @pytest.mark.unit(UNIT)
 def test_synthesizer_is_what_the_settings_say(host, data, running, model_dir):
     status, body = _curl(host, data, probe_url(data, "/ready"))
@@ -253,6 +266,7 @@ def test_synthesizer_is_what_the_settings_say(host, data, running, model_dir):
         )
 
 
+@pytest.mark.serving(UNIT)
 @pytest.mark.unit(UNIT)
 def test_speech_endpoint_returns_a_wav(host, data, running):
     body = {
@@ -279,6 +293,7 @@ def test_speech_endpoint_returns_a_wav(host, data, running):
     assert frames > rate * 0.2, f"only {frames} frames of audio for a sentence"
 
 
+@pytest.mark.serving(UNIT)
 @pytest.mark.unit(UNIT)
 def test_speech_endpoint_refuses_bad_requests_in_openai_shape(host, data, running):
     url = probe_url(data, "/v1/audio/speech")
@@ -314,9 +329,11 @@ SDK_TEXT = "rigup checks the speech API with OpenAI's SDK."
 
 
 @pytest.fixture(scope="session")
-def sdk(forward, host, data, vp) -> openai.OpenAI:
+def sdk(forward, host, data, vp, should_run) -> openai.OpenAI:
     """OpenAI's SDK on the controller, talking to voxcpm.service through an SSH tunnel (with
     the speech API's key when the host has one)."""
+    if not should_run:
+        pytest.skip(NOT_HERE)
     local = forward(data.get("voxcpm_host"), data.get("voxcpm_port"))
     key = host.run(f"sed -n 's/^VOXCPM_API_KEY=//p' {vp.api_key_file} 2>/dev/null").stdout.strip()
     return openai.OpenAI(
@@ -353,6 +370,7 @@ def _peak_hz(samples: np.ndarray, rate: int) -> float:
     return float(np.fft.rfftfreq(mid.size, 1 / rate)[power.argmax()])
 
 
+@pytest.mark.serving(UNIT)
 @pytest.mark.unit(UNIT)
 @pytest.mark.parametrize("response_format", list(SDK_FORMATS))
 def test_openai_sdk_speaks_every_format(sdk, data, running, response_format):
@@ -399,6 +417,7 @@ def _expected_voice(name: str, aliases: dict, recordings: set[str]) -> str | Non
     return None if name in aliases else "default"
 
 
+@pytest.mark.serving(UNIT)
 @pytest.mark.unit(UNIT)
 def test_openai_voices_resolve_as_the_settings_say(host, sdk, data, vp, running):
     """The voice each of OpenAI's names speaks with follows ``voxcpm_voice_aliases`` (and the
@@ -432,6 +451,7 @@ def test_voice_aliases_name_recordings_that_exist(host, data, vp):
             )
 
 
+@pytest.mark.serving(UNIT)
 @pytest.mark.unit(UNIT)
 def test_openai_sdk_gets_clear_refusals(sdk, data, running):
     model = data.get("voxcpm_served_model_name")

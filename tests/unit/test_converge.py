@@ -108,24 +108,33 @@ def test_interruption_messages():
     assert "c: no operation had run on it; nothing was changed there." in text
 
 
+def _wait_for(path: Path, proc: subprocess.Popen, seconds: float = 60.0) -> None:
+    """Wait until ``path`` exists (the operation runs); fail if ``proc`` ends first."""
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert proc.poll() is None, (
+            f"the run ended before its operation started: {proc.stdout.read()}"
+        )
+        assert time.monotonic() < deadline, f"{path} not created within {seconds} s"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("sig,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_real_run_interrupted_exits_non_zero_naming_the_operation(sig, status):
+def test_a_real_run_interrupted_exits_non_zero_naming_the_operation(sig, status, tmp_path):
+    """The signal lands while the operation runs for certain: it has started (its file exists)
+    and never ends by itself (tests/unit/deploys/interruptible.py)."""
+    started = tmp_path / "started"
     proc = subprocess.Popen(
         [str(PYINFRA), "-y", "@local", "tests/unit/deploys/interruptible.py"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "RIGUP_TEST_STARTED": str(started)},
     )
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if "Starting operation: Wait to be interrupted" in line:
-            break
-    time.sleep(1)
+    _wait_for(started, proc)
     proc.send_signal(sig)
-    out = "".join(seen) + proc.stdout.read()
+    out = proc.stdout.read()
     assert proc.wait(timeout=30) == status, out
     assert f"rigup: interrupted ({sig.name}) while operations were running" in out, out
     assert "@local: interrupted during 'Wait to be interrupted' (0 of 1 operations" in out, out

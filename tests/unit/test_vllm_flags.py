@@ -202,3 +202,15 @@ def test_a_cpu_binding_in_vllm_env_is_the_users_own(settings):
     assert spec.env["VLLM_CPU_OMP_THREADS_BIND"] == "98|99"
     _, notes, env = served_args(settings, MODEL, [0, 1])
     assert env == {} and "CPU workers bound as vllm_env says (98|99)" in " ".join(notes)
+
+
+def test_service_env_keeps_the_engines_own_sockets_on_loopback(settings):
+    """Every address vLLM 0.22.1, gloo and NCCL pick for the engine's internal sockets is
+    loopback, and torch.distributed's store binds it too (files/vllm/sitecustomize.py on the
+    unit's PYTHONPATH), whatever address the API is served on."""
+    settings["vllm_host"] = "0.0.0.0"
+    env = service_env(settings, "/var/lib/rigup/vllm")
+    assert env["VLLM_HOST_IP"] == env["VLLM_LOOPBACK_IP"] == "127.0.0.1"
+    assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "lo"
+    lib = VllmPaths.from_data(settings).lib
+    assert env["PYTHONPATH"] == lib == "/opt/rigup/vllm/lib"

@@ -15,7 +15,6 @@ import pytest
 from roles.vllm import api_checks
 from roles.vllm.paths import UNIT, VllmPaths
 
-
 #: every check here needs vllm.service serving: skipped with the reason outside the LLM mode
 #: (tests/infra/conftest.py's ``serving`` marker)
 pytestmark = pytest.mark.serving(UNIT)

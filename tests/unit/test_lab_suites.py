@@ -350,3 +350,15 @@ def test_ubuntu_keyring_refuses_a_broken_link_and_caches_nothing(
             files.__getitem__,
         )
     assert not list((tmp_path / "cache" / "keyrings").glob("*"))
+
+
+def test_ubuntu_labs_cpython_comes_from_debian_12_checked_with_debians_key():
+    from lab.voxcpm_lab import PUSHED_DEBIAN_KEYRING, python_mirror_script
+
+    cfg = LabConfig.from_env({"RIGUP_LAB_SUITE": "resolute"})
+    script = python_mirror_script(cfg.debian_mirror, keyring=PUSHED_DEBIAN_KEYRING)
+    assert (
+        f"deb [signed-by={PUSHED_DEBIAN_KEYRING}] http://deb.debian.org/debian bookworm main"
+        in script
+    )
+    assert "archive.ubuntu.com" not in script

@@ -103,11 +103,10 @@ def prepare(path: Path) -> None:
 def members(path: Path) -> list[int]:
     """PIDs in ``path`` and every cgroup below it (empty when it does not exist)."""
     pids: list[int] = []
-    if not path.is_dir():
-        return pids
-    for procs in sorted(path.rglob("cgroup.procs")):
+    # os.walk skips what vanishes meanwhile: a running machine's groups come and go
+    for parent, _dirs, _files in os.walk(path):
         with contextlib.suppress(OSError, ValueError):
-            pids += [int(p) for p in procs.read_text().split()]
+            pids += [int(p) for p in Path(parent, "cgroup.procs").read_text().split()]
     return pids
 
 
@@ -124,9 +123,6 @@ def enter(path: Path) -> None:
 def remove(path: Path) -> None:
     """Remove the machine's cgroup ``path`` and the empty groups nspawn left below it (deepest
     first); a group that still holds processes is left in place."""
-    if not path.is_dir():
-        return
-    dirs = sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts))
-    for group in [*reversed(dirs), path]:
+    for parent, _dirs, _files in os.walk(path, topdown=False):  # deepest first
         with contextlib.suppress(OSError):
-            group.rmdir()
+            os.rmdir(parent)

@@ -16,7 +16,7 @@ import pytest
 # lab/ is a top-level package of the repository, not an installed distribution
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from lab import cgroup, keyring, render  # noqa: E402
+from lab import cgroup, config, keyring, render  # noqa: E402
 from lab.config import TEMPLATE_PACKAGES, LabConfig, LabError  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lab"
@@ -55,9 +55,12 @@ def test_a_mirror_replaces_the_suites_own():
     assert cfg.mirror == "http://m/d" and cfg.debian_mirror == "http://m/d"
 
 
-def test_debian_templates_keep_their_key():
-    # a cached trixie template stays valid: the suites' table changed nothing it is built from
-    assert LabConfig.from_env({}).template_key == "trixie-ca75b8a66829"
+def test_debian_templates_are_the_bare_server_package_list():
+    # Debian suites add no packages, so their templates' keys (and caches) are those of the list
+    for suite in ("trixie", "forky"):
+        cfg = LabConfig.from_env({"RIGUP_LAB_SUITE": suite})
+        assert cfg.packages == TEMPLATE_PACKAGES
+        assert cfg.template_key == config.template_key(suite, TEMPLATE_PACKAGES)
 
 
 def test_debootstrap_argv_for_ubuntu_takes_gutsy_and_the_keyring(tmp_path: Path):

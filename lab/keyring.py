@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lab.config import LabError
+from lab.host import find_tool
 
 #: "Ubuntu Archive Automatic Signing Key (2018) <ftpmaster@ubuntu.com>", the key that signs the
 #: releases since 18.10, 26.04 (resolute) included. Published at
@@ -198,6 +199,25 @@ def _extract_keyring(deb: bytes) -> bytes:
         return keyring.read_bytes()
 
 
+#: The host tools the chain runs, and the packages that hold them (Debian and Ubuntu).
+TOOLS = {"gpg": "gpg", "gpgv": "gpgv", "dpkg-deb": "dpkg"}
+
+
+def check_tools(which: Callable[[str], str | None] = find_tool) -> None:
+    """Check the host tools :func:`ubuntu_keyring` runs.
+
+    Raises:
+        LabError: any of gpg, gpgv, dpkg-deb is missing (all named, with the packages to install).
+    """
+    missing = [tool for tool in TOOLS if not which(tool)]
+    if missing:
+        packages = " ".join(sorted({TOOLS[t] for t in missing}))
+        raise LabError(
+            f"{', '.join(missing)} not found: an Ubuntu lab machine's archive key is checked with "
+            f"them. Install them with `apt-get install {packages}` (bin/lab-host does) and run again."
+        )
+
+
 def ubuntu_keyring(
     cache_dir: Path,
     mirror: str,
@@ -212,11 +232,13 @@ def ubuntu_keyring(
     ``ubuntu-keyring`` package and the chain of the module docstring, then written atomically.
 
     Raises:
-        LabError: a download failed, or any link of the chain did not verify (nothing cached).
+        LabError: gpg, gpgv or dpkg-deb missing, a download failed, or any link of the chain did
+            not verify (nothing cached).
     """
     dest = cache_dir / "keyrings" / f"ubuntu-archive-{fingerprint}.gpg"
     if dest.is_file():
         return dest
+    check_tools()
     base = mirror.rstrip("/")
     inrelease = get(f"{base}/dists/{suite}/InRelease")
     packages_xz = get(f"{base}/dists/{suite}/{PACKAGES_INDEX}")

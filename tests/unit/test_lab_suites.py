@@ -365,3 +365,9 @@ def test_ubuntu_labs_cpython_comes_from_debian_12_checked_with_debians_key():
         in script
     )
     assert "archive.ubuntu.com" not in script
+
+
+def test_missing_key_tools_are_named_with_their_packages():
+    with pytest.raises(LabError, match=r"gpgv, dpkg-deb not found.*apt-get install dpkg gpgv"):
+        keyring.check_tools(lambda tool: "/usr/bin/gpg" if tool == "gpg" else None)
+    keyring.check_tools(lambda tool: f"/usr/bin/{tool}")

@@ -143,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "status":
             st = machine.status()
             print(f"name:        {st['name']}")
+            print(f"suite:       {cfg.suite} ({cfg.suite_info.release}, from {cfg.mirror})")
             pid = f" (nspawn pid {st['pid']})" if st["pid"] else ""
             print(f"state:       {st['state']}{pid}")
             print(f"ssh port:    127.0.0.1:{st['ssh_port']}")

@@ -371,3 +371,14 @@ def test_missing_key_tools_are_named_with_their_packages():
     with pytest.raises(LabError, match=r"gpgv, dpkg-deb not found.*apt-get install dpkg gpgv"):
         keyring.check_tools(lambda tool: "/usr/bin/gpg" if tool == "gpg" else None)
     keyring.check_tools(lambda tool: f"/usr/bin/{tool}")
+
+
+def test_cli_status_names_the_suite(monkeypatch, capsys, tmp_path: Path):
+    from lab import __main__ as cli
+
+    monkeypatch.setenv("RIGUP_LAB_SUITE", "resolute")
+    monkeypatch.setenv("RIGUP_LAB_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("RIGUP_LAB_CACHE_DIR", str(tmp_path / "cache"))
+    assert cli.main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "suite:       resolute (Ubuntu 26.04, from http://archive.ubuntu.com/ubuntu)" in out

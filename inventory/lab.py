@@ -1,5 +1,6 @@
-"""The lab machine: a booted Debian 13 systemd-nspawn container on this machine, reached over SSH
-on a loopback port exactly like a rig (created by `python -m lab up`, see lab/).
+"""The lab machine: a booted systemd-nspawn container on this machine (Debian 13, or the rig's
+Ubuntu 26.04 with RIGUP_LAB_SUITE=resolute), reached over SSH on a loopback port exactly like a
+rig (created by `python -m lab up`, see lab/).
 
 It declares no NVIDIA GPUs. vLLM serves for real on the CPU build of the same release
 (vllm_device = "cpu") a tiny Qwen3.6-shaped AutoRound INT4 checkpoint the lab tooling builds

@@ -1,4 +1,4 @@
-"""rigup's lab machine: a booted Debian systemd-nspawn container reached over SSH on a loopback
+"""rigup's lab machine: a booted Debian or Ubuntu systemd-nspawn container reached over SSH on a loopback
 port, so pyinfra deploys and pytest-testinfra tests run against it exactly like a real rig.
 
 Use ``python -m lab {up,stop,destroy,status,ssh,push}`` or :class:`lab.machine.LabMachine`

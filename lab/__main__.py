@@ -24,10 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m lab``."""
     parser = argparse.ArgumentParser(
         prog="python -m lab",
-        description="The rigup lab machine: a booted Debian 13 systemd-nspawn container reached "
-        "over SSH on 127.0.0.1:$RIGUP_LAB_SSH_PORT (default 2222). Needs root.",
+        description="The rigup lab machine: a booted Debian or Ubuntu systemd-nspawn container "
+        "(RIGUP_LAB_SUITE) reached over SSH on 127.0.0.1:$RIGUP_LAB_SSH_PORT (default 2222). Needs root.",
         epilog="Settings: RIGUP_LAB_NAME, RIGUP_LAB_SSH_PORT, RIGUP_LAB_STATE_DIR, "
-        "RIGUP_LAB_CACHE_DIR, RIGUP_LAB_MIRROR, RIGUP_LAB_UV_CACHE (0 to disable).",
+        "RIGUP_LAB_CACHE_DIR, RIGUP_LAB_SUITE (trixie, forky, resolute), RIGUP_LAB_MIRROR, "
+        "RIGUP_LAB_UV_CACHE (0 to disable).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("up", help="create (if needed) and boot the machine; wait until SSH answers")
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(deploys/base.py, deploys/vllm.py, deploys/modes.py), re-run them --dry --json (0 "
         "changes), run their testinfra modules, then serve (the CPU build) or, with "
         "RIGUP_LAB_VLLM_DEVICE=cuda, run tests/vllm on the rig's build; print a summary "
-        "(RIGUP_LAB_SUITE=forky: on Debian testing's python3 3.14, as on Ubuntu 26.04)",
+        "(RIGUP_LAB_SUITE=resolute: on Ubuntu 26.04's python3 3.14, as on the rig)",
     )
     sub.add_parser(
         "converge",
@@ -117,7 +118,9 @@ def layers(machine: LabMachine) -> int:
             if not step.ok and not step.skipped:
                 print(step.detail.get("output") or step.detail.get("stderr", ""), file=sys.stderr)
     print(scenario.format_summary(steps, machine, full=False))
-    print(f"lab machine {machine.cfg.name}: Debian {machine.cfg.suite}, {python}, vLLM {device}")
+    print(
+        f"lab machine {machine.cfg.name}: {machine.cfg.suite_info.release}, {python}, vLLM {device}"
+    )
     print(f"layers total: {time.monotonic() - started:.0f} s")
     return 0 if all(s.ok for s in steps) else 1
 
@@ -139,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "status":
             st = machine.status()
             print(f"name:        {st['name']}")
+            print(f"suite:       {cfg.suite} ({cfg.suite_info.release}, from {cfg.mirror})")
             pid = f" (nspawn pid {st['pid']})" if st["pid"] else ""
             print(f"state:       {st['state']}{pid}")
             print(f"ssh port:    127.0.0.1:{st['ssh_port']}")

@@ -24,12 +24,48 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 SUITE = "trixie"
-#: Debian suites a lab machine can run: trixie (Debian 13, python3 3.13: the default) and forky
-#: (testing, python3 3.14 as on Ubuntu 26.04: the Python the rig's vLLM venv is built with).
-SUITES = ("trixie", "forky")
 DEFAULT_NAME = "rigup-lab"
 DEFAULT_SSH_PORT = 2222
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
+UBUNTU_MIRROR = "http://archive.ubuntu.com/ubuntu"
+#: Where Ubuntu publishes its security updates (not mirrored on archive.ubuntu.com's mirrors).
+UBUNTU_SECURITY_MIRROR = "http://security.ubuntu.com/ubuntu"
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """A release the lab machine can run.
+
+    Attributes:
+        name: the archive's codename (debootstrap's SUITE argument).
+        distro: ``debian`` or ``ubuntu``.
+        release: what a user calls it ("Ubuntu 26.04").
+        mirror: default archive (``RIGUP_LAB_MIRROR`` replaces it).
+        script: debootstrap's suite script for it (None: the one named after the suite, or sid's
+            where the host's debootstrap predates the suite).
+        packages: added to :data:`TEMPLATE_PACKAGES` for this release.
+    """
+
+    name: str
+    distro: str
+    release: str
+    mirror: str
+    script: str | None = None
+    packages: tuple[str, ...] = ()
+
+
+#: Suites a lab machine can run: trixie (Debian 13, python3 3.13: the default), forky (Debian
+#: testing, python3 3.14) and resolute (Ubuntu 26.04 LTS, the rig's own release, python3 3.14).
+#: Ubuntu's codenames all build with debootstrap's ``gutsy`` script (debootstrap's own
+#: scripts/resolute is a link to it). ubuntu-keyring holds the archive key apt checks with.
+SUITE_INFO: dict[str, Suite] = {
+    "trixie": Suite("trixie", "debian", "Debian 13", DEFAULT_MIRROR),
+    "forky": Suite("forky", "debian", "Debian testing (forky)", DEFAULT_MIRROR),
+    "resolute": Suite(
+        "resolute", "ubuntu", "Ubuntu 26.04", UBUNTU_MIRROR, "gutsy", ("ubuntu-keyring",)
+    ),
+}
+SUITES = tuple(SUITE_INFO)
 DEFAULT_CACHE_DIR = Path("/var/cache/rigup-lab")
 DEFAULT_STATE_ROOT = Path("/var/lib/rigup-lab")
 SSH_HOST = "127.0.0.1"
@@ -78,8 +114,10 @@ class LabConfig:
         state_dir: the machine's own directory: rootfs, keys, pid file, log
             (``RIGUP_LAB_STATE_DIR``).
         cache_dir: shared cache of templates and the uv cache (``RIGUP_LAB_CACHE_DIR``).
-        suite: Debian suite of the machine (``RIGUP_LAB_SUITE``: trixie, the default, or forky).
-        mirror: Debian mirror for debootstrap (``RIGUP_LAB_MIRROR``).
+        suite: the machine's release (``RIGUP_LAB_SUITE``: one of :data:`SUITES`, trixie by
+            default).
+        mirror: the suite's archive for debootstrap and apt (``RIGUP_LAB_MIRROR``; default: the
+            suite's :attr:`Suite.mirror`).
         uv_cache: bind-mount ``<cache_dir>/uv`` at ``/var/cache/rigup/uv`` (``RIGUP_LAB_UV_CACHE``).
     """
 
@@ -131,7 +169,8 @@ class LabConfig:
         if suite not in SUITES:
             raise LabError(
                 f"RIGUP_LAB_SUITE={suite!r} is not a suite the lab builds: use one of "
-                f"{', '.join(SUITES)} (forky: Debian testing, python3 3.14 as on Ubuntu 26.04)."
+                f"{', '.join(SUITES)} (resolute: Ubuntu 26.04, the rig's release; forky: Debian "
+                "testing; both with python3 3.14)."
             )
         state = env.get("RIGUP_LAB_STATE_DIR", "")
         cache = env.get("RIGUP_LAB_CACHE_DIR", "")
@@ -141,9 +180,25 @@ class LabConfig:
             state_dir=Path(state).absolute() if state else DEFAULT_STATE_ROOT / name,
             cache_dir=Path(cache).absolute() if cache else DEFAULT_CACHE_DIR,
             suite=suite,
-            mirror=env.get("RIGUP_LAB_MIRROR", "") or DEFAULT_MIRROR,
+            mirror=env.get("RIGUP_LAB_MIRROR", "") or SUITE_INFO[suite].mirror,
             uv_cache=uv_cache,
         )
+
+    @property
+    def suite_info(self) -> Suite:
+        """What :attr:`suite` is: distro, release name, debootstrap script, extra packages."""
+        return SUITE_INFO[self.suite]
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """Packages of the template: :data:`TEMPLATE_PACKAGES` and the suite's own."""
+        return (*TEMPLATE_PACKAGES, *self.suite_info.packages)
+
+    @property
+    def debian_mirror(self) -> str:
+        """A Debian archive (the lab's CPython 3.11 comes from Debian 12): :attr:`mirror` on a
+        Debian suite, deb.debian.org on Ubuntu."""
+        return self.mirror if self.suite_info.distro == "debian" else DEFAULT_MIRROR
 
     @property
     def ssh_key(self) -> Path:
@@ -178,7 +233,7 @@ class LabConfig:
     @property
     def template_key(self) -> str:
         """``<suite>-<hash>``: names the template built from this suite and package list."""
-        return template_key(self.suite, TEMPLATE_PACKAGES)
+        return template_key(self.suite, self.packages)
 
     @property
     def template(self) -> Path:

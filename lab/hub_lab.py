@@ -7,8 +7,9 @@ repositories through the Hugging Face API (``model_info``, ``list_repo_tree``, `
 never contacts an upstream. It is lab tooling, not a rigup role:
 
 - its venv: ``/opt/rigup-lab/hub/venv``, from the committed, hash-pinned lab/hub/
-  requirements-hub.lock, installed by pip (the wheel of Debian's python3-pip-whl, not installed
-  system-wide, so the machine stays the bare box the deploy expects; git comes from Debian);
+  requirements-hub.lock, installed by pip (the wheel of the distribution's python3-pip-whl, not
+  installed system-wide, so the machine stays the bare box the deploy expects; git comes from the
+  distribution's archive);
 - its unit: ``rigup-lab-hub.service``, an unprivileged ``DynamicUser`` on 127.0.0.1:<port>
   (:func:`hub_port`: one per lab machine, as they share the controller's network);
 - its repositories: ``/srv/rigup-lab-hub/models/<org>/<name>``, built by lab/hub_repo.py from the
@@ -123,7 +124,10 @@ if [ "$(cat $hub/venv/.rigup-lab-lock.sha256 2>/dev/null)" != "$want" ]; then
         || {{ apt-get update -qq && apt-get install -y -qq --no-install-recommends git >/dev/null; }}
     work=$(mktemp -d /var/tmp/rigup-lab-hub.XXXXXX)
     trap 'rm -rf "$work"' EXIT
-    (cd "$work" && apt-get download -o APT::Sandbox::User=root python3-pip-whl >/dev/null \\
+    # the package lists may predate the machine's sources (Ubuntu's python3-pip-whl is in
+    # universe, which debootstrap's lists lack): refreshed when the package is not found
+    download="apt-get download -o APT::Sandbox::User=root python3-pip-whl"
+    (cd "$work" && {{ $download >/dev/null || {{ apt-get update -qq && $download >/dev/null; }}; }} \\
         && dpkg-deb -x python3-pip-whl_*.deb root)
     pip=$(ls "$work"/root/usr/share/python-wheels/pip-*.whl)
     rm -rf $hub/venv

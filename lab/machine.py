@@ -1,4 +1,4 @@
-"""The lab machine: a booted Debian systemd-nspawn container that rigup deploys and tests over SSH.
+"""The lab machine: a booted Debian or Ubuntu systemd-nspawn container that rigup deploys and tests over SSH.
 
 The container shares the host's network namespace, so its sshd listens on host
 ``127.0.0.1:<ssh_port>``; pyinfra and pytest-testinfra reach it exactly like a real rig, with a
@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from lab import cgroup
 from lab.config import SSH_HOST, LabConfig, LabError
 from lab.host import (
     check_root,
@@ -181,6 +182,8 @@ class LabMachine:
         if cfg.uv_cache:
             cfg.uv_cache_dir.mkdir(parents=True, exist_ok=True)
         argv = nspawn_argv(cfg)
+        group = cgroup.machine_cgroup(cfg, cgroup.require_cgroup2())
+        cgroup.prepare(group)
         with open(cfg.nspawn_log, "w") as out:
             self._proc = subprocess.Popen(
                 argv,
@@ -189,9 +192,14 @@ class LabMachine:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                env={**os.environ, **cgroup.UNIFIED_ENV},
+                preexec_fn=lambda: cgroup.enter(group),
             )
         cfg.pid_file.write_text(f"{self._proc.pid}\n")
-        self.log(f"booting {cfg.name} (nspawn pid {self._proc.pid}, log {cfg.nspawn_log})")
+        self.log(
+            f"booting {cfg.name} (nspawn pid {self._proc.pid} in cgroup {group}, log "
+            f"{cfg.nspawn_log})"
+        )
 
     # -- waiting -----------------------------------------------------------------------------
 
@@ -373,6 +381,7 @@ class LabMachine:
         if pid is None:
             self.log(f"{self.cfg.name} is not running")
             self.cfg.pid_file.unlink(missing_ok=True)
+            self._remove_cgroup()
             return
         started = time.monotonic()
         with contextlib.suppress(ProcessLookupError):
@@ -392,10 +401,16 @@ class LabMachine:
                 raise LabError(f"systemd-nspawn pid {pid} of {self.cfg.name} survived SIGKILL")
         self.cfg.pid_file.unlink(missing_ok=True)
         self._proc = None
+        self._remove_cgroup()
         # nspawn v252 leaves this empty dir behind when /run is not a tmpfs; tidy it
         with contextlib.suppress(OSError):
             os.rmdir(f"/run/systemd/nspawn/propagate/{self.cfg.name}")
         self.log(f"stopped {self.cfg.name} in {time.monotonic() - started:.1f} s")
+
+    def _remove_cgroup(self) -> None:
+        mount = cgroup.cgroup2_mount()
+        if mount is not None:
+            cgroup.remove(cgroup.machine_cgroup(self.cfg, mount))
 
     def _wait_exit(self, pid: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

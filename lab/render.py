@@ -21,17 +21,25 @@ def debootstrap_argv(
     mirror: str,
     packages: Sequence[str],
     scripts: Path = DEBOOTSTRAP_SCRIPTS,
+    *,
+    script: str | None = None,
+    keyring: Path | None = None,
 ) -> list[str]:
-    """The debootstrap command line that builds a minimal template rootfs in ``target``."""
-    argv = [
-        "debootstrap",
-        "--variant=minbase",
-        f"--include={','.join(packages)}",
-        suite,
-        str(target),
-        mirror,
-    ]
-    if not (scripts / suite).exists() and (scripts / "sid").exists():
+    """The debootstrap command line that builds a minimal template rootfs in ``target``.
+
+    Args:
+        script: the suite script to use (``gutsy`` for every Ubuntu release); None: the suite's
+            own, or sid's when the host's debootstrap has none for it.
+        keyring: the keyring debootstrap checks the archive's InRelease with (gpgv); None: its
+            default (Debian's archive keyring).
+    """
+    argv = ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}"]
+    if keyring is not None:
+        argv.append(f"--keyring={keyring}")
+    argv += [suite, str(target), mirror]
+    if script is not None:
+        argv.append(str(scripts / script))
+    elif not (scripts / suite).exists() and (scripts / "sid").exists():
         argv.append(str(scripts / "sid"))
     return argv
 
@@ -40,8 +48,10 @@ def nspawn_argv(cfg: LabConfig) -> list[str]:
     """The systemd-nspawn command line that boots the machine.
 
     ``--register=no --keep-unit`` because the host need not run systemd (no machined, no scope
-    units); no ``--network-*`` option, so the container shares the host network namespace and
-    its sshd is reachable on host ``127.0.0.1:<ssh_port>``.
+    units); it is started in the machine's own cgroup with :data:`lab.cgroup.UNIFIED_ENV` (see
+    :mod:`lab.cgroup`). No ``--network-*`` option, so the container shares the host network
+    namespace and its sshd is reachable on host ``127.0.0.1:<ssh_port>`` (and nowhere else: see
+    :func:`sshd_dropin_text` and :func:`ssh_socket_dropin_text`).
     """
     argv = [
         "systemd-nspawn",
@@ -119,6 +129,37 @@ def sshd_dropin_text(port: int) -> str:
         "PasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\n"
         "PermitRootLogin prohibit-password\n"
+    )
+
+
+def ssh_socket_dropin_text(port: int) -> str:
+    """Content of ``/etc/systemd/system/ssh.socket.d/rigup-lab.conf``: Ubuntu starts sshd from
+    ``ssh.socket`` (0.0.0.0:22 and [::]:22 by default, the host's port 22 in a lab sharing the host
+    network); the empty ``ListenStream=`` drops those, and any a generator derived, so the socket
+    listens on 127.0.0.1:port alone."""
+    return (
+        "# written by rigup's lab machine (lab/rootfs.py); rewritten on every `up`\n"
+        "[Socket]\n"
+        "ListenStream=\n"
+        f"ListenStream={SSH_HOST}:{port}\n"
+    )
+
+
+def ubuntu_sources_text(mirror: str, security: str, suite: str) -> str:
+    """``/etc/apt/sources.list.d/ubuntu.sources`` of an Ubuntu ``suite`` install (deb822), signed
+    by the archive keyring that ubuntu-keyring installs."""
+    stanza = (
+        "Types: deb\n"
+        "URIs: {uri}\n"
+        "Suites: {suites}\n"
+        "Components: main restricted universe multiverse\n"
+        "Signed-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg\n"
+    )
+    return (
+        "# written by rigup's lab machine (lab/rootfs.py), as an Ubuntu install writes it\n"
+        + stanza.format(uri=mirror, suites=f"{suite} {suite}-updates {suite}-backports")
+        + "\n"
+        + stanza.format(uri=security, suites=f"{suite}-security")
     )
 
 

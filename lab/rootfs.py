@@ -14,9 +14,17 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from lab.config import TEMPLATE_PACKAGES, LabConfig, LabError
+from lab.config import UBUNTU_SECURITY_MIRROR, LabConfig, LabError
 from lab.host import chroot, rmtree, run, tail
-from lab.render import debootstrap_argv, debootstrap_failure_message, hosts_text, sshd_dropin_text
+from lab.keyring import ubuntu_keyring
+from lab.render import (
+    debootstrap_argv,
+    debootstrap_failure_message,
+    hosts_text,
+    ssh_socket_dropin_text,
+    sshd_dropin_text,
+    ubuntu_sources_text,
+)
 
 #: receives one-line progress messages
 Log = Callable[[str], None]
@@ -66,7 +74,13 @@ def build_template(cfg: LabConfig, template: Path, log: Log) -> None:
         f"building template {template.name} with debootstrap from {cfg.mirror} "
         f"(once per host, a few minutes; log: {build_log})"
     )
-    argv = debootstrap_argv(cfg.suite, partial, cfg.mirror, TEMPLATE_PACKAGES)
+    suite = cfg.suite_info
+    keyring = None
+    if suite.distro == "ubuntu":
+        keyring = ubuntu_keyring(cfg.cache_dir, cfg.mirror, suite.name, log)
+    argv = debootstrap_argv(
+        suite.name, partial, cfg.mirror, cfg.packages, script=suite.script, keyring=keyring
+    )
     with open(build_log, "w") as out:
         rc = subprocess.run(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
@@ -80,6 +94,8 @@ def build_template(cfg: LabConfig, template: Path, log: Log) -> None:
         raise LabError(debootstrap_failure_message(detail, template, cfg.mirror))
     log(f"debootstrap done in {time.monotonic() - started:.1f} s; preparing template")
     prepare_template(partial)
+    if suite.distro == "ubuntu":
+        ubuntu_sources(partial, cfg.mirror, suite.name)
     os.rename(partial, template)  # atomic: a template dir is always complete
     log(f"template built in {time.monotonic() - started:.1f} s: {template}")
 
@@ -97,6 +113,15 @@ def prepare_template(root: Path) -> None:
         dbus_id.unlink()
     for deb in (root / "var" / "cache" / "apt" / "archives").glob("*.deb"):
         deb.unlink()
+
+
+def ubuntu_sources(root: Path, mirror: str, suite: str) -> None:
+    """Replace debootstrap's one-line sources.list (``<suite> main``) with the deb822 sources of
+    an installed Ubuntu: the release, -updates and -backports from ``mirror``, -security from
+    security.ubuntu.com, components main, restricted (the NVIDIA driver), universe, multiverse."""
+    (root / "etc" / "apt" / "sources.list").unlink(missing_ok=True)
+    text = ubuntu_sources_text(mirror, UBUNTU_SECURITY_MIRROR, suite)
+    (root / "etc" / "apt" / "sources.list.d" / "ubuntu.sources").write_text(text)
 
 
 def ensure_rootfs(cfg: LabConfig, log: Log) -> None:
@@ -164,6 +189,10 @@ def configure(cfg: LabConfig, log: Log) -> None:
     dropin = sshd_dropin(cfg)
     dropin.parent.mkdir(parents=True, exist_ok=True)
     dropin.write_text(sshd_dropin_text(cfg.ssh_port))
+    # a socket-activated sshd (Ubuntu's default) listens where ssh.socket says, not sshd_config
+    socket_dropin = root / "etc" / "systemd" / "system" / "ssh.socket.d" / "rigup-lab.conf"
+    socket_dropin.parent.mkdir(parents=True, exist_ok=True)
+    socket_dropin.write_text(ssh_socket_dropin_text(cfg.ssh_port))
     # identity
     (root / "etc" / "hostname").write_text(f"{cfg.name}\n")
     (root / "etc" / "hosts").write_text(hosts_text(cfg.name))

@@ -4,8 +4,8 @@
    GitHub (uv's default); the lab reaches no GitHub, so it gets an archive in the same layout
    (``python/bin/python3.11``, ``python/lib/python3.11``) made from Debian 12's own CPython 3.11.2
    packages (python3.11-minimal, libpython3.11-minimal, libpython3.11-stdlib, fetched from the
-   lab's Debian mirror with a throw-away apt configuration, verified by apt against Debian's
-   keys), plus a uv download list naming it with its sha256 (``UV_PYTHON_DOWNLOADS_JSON_URL``).
+   lab's Debian mirror, or deb.debian.org on an Ubuntu lab, with a throw-away apt configuration,
+   verified by apt against Debian's keys), plus a uv download list naming it with its sha256 (``UV_PYTHON_DOWNLOADS_JSON_URL``).
    The role then runs the same ``uv python install`` as on the rig. Debian 13, the lab's own
    release, ships only 3.13, outside voxcpm 2.0.3's range.
 2. A "local copy" of the VoxCPM2 checkpoint holding only a config.json with
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from pathlib import Path
 
 from lab.machine import LabMachine
 from lab.step import StepResult
@@ -26,6 +27,10 @@ from lab.step import StepResult
 #: Where the lab keeps its CPython builds for uv (inventory/lab.py points the role here).
 PYTHON_MIRROR = "/srv/mirror/python"
 PYTHON_DOWNLOADS_JSON = f"{PYTHON_MIRROR}/downloads.json"
+#: Debian's archive keyring: a Debian lab's own (debian-archive-keyring is required there), and
+#: the controller's (bin/lab-host installs it) pushed to :data:`PUSHED_DEBIAN_KEYRING` on Ubuntu.
+DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+PUSHED_DEBIAN_KEYRING = "/var/lib/rigup-lab/debian-archive-keyring.gpg"
 #: The CPython of Debian 12 (bookworm): 3.11.2 for the whole life of that release.
 LAB_PYTHON_VERSION = "3.11.2"
 #: The lab's local copy of VoxCPM2: the model role's local source finds it (<model_local_dirs>/VoxCPM2).
@@ -37,14 +42,22 @@ STAND_IN_CONFIG = {
 }
 
 
-def python_mirror_script(debian_mirror: str, version: str = LAB_PYTHON_VERSION) -> str:
+def python_mirror_script(
+    debian_mirror: str,
+    version: str = LAB_PYTHON_VERSION,
+    keyring: str = DEBIAN_KEYRING,
+) -> str:
     """Shell script (run as root in the lab) that builds the CPython archive and uv's download
-    list under :data:`PYTHON_MIRROR`. Idempotent: does nothing when the list exists."""
+    list under :data:`PYTHON_MIRROR`. Idempotent: does nothing when the list exists.
+
+    Args:
+        debian_mirror: a Debian archive holding bookworm.
+        version: the CPython version Debian 12 ships (checked).
+        keyring: the lab's path of Debian's archive keyring apt checks bookworm with (an Ubuntu
+            lab has none of its own: :func:`seed` pushes the controller's there).
+    """
     archive = f"cpython-{version}-debian12-x86_64-linux-gnu.tar.gz"
-    sources = (
-        f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {debian_mirror} "
-        "bookworm main"
-    )
+    sources = f"deb [signed-by={keyring}] {debian_mirror} bookworm main"
     write_json = (
         "import hashlib, json, sys\n"
         "path, url, version = sys.argv[1:4]\n"
@@ -92,7 +105,12 @@ def seed(machine: LabMachine) -> StepResult:
     """Build the CPython archive + download list and the VoxCPM2 stand-in in the machine (the
     step "seed voxcpm")."""
     started = time.monotonic()
-    machine.ssh(python_mirror_script(machine.cfg.mirror), timeout=600)
+    cfg = machine.cfg
+    keyring = DEBIAN_KEYRING
+    if cfg.suite_info.distro != "debian":
+        machine.push(Path(DEBIAN_KEYRING), PUSHED_DEBIAN_KEYRING)
+        keyring = PUSHED_DEBIAN_KEYRING
+    machine.ssh(python_mirror_script(cfg.debian_mirror, keyring=keyring), timeout=600)
     config = shlex.quote(json.dumps(STAND_IN_CONFIG, indent=2))
     machine.ssh(
         f"mkdir -p {VOXCPM_MIRROR} && test -f {VOXCPM_MIRROR}/config.json || "

@@ -35,6 +35,7 @@ from roles.model.manifest import ManifestError, load_manifest
 from roles.modes import settings as modes_settings
 from roles.modes.budget import budget_problems
 from roles.nvidia import settings as nvidia_settings
+from roles.vllm import combinations
 from roles.vllm import settings as vllm_settings
 from roles.vllm.kv_budget import kv_fit_problems
 from roles.vllm.settings import KV_CACHE_MIN_COMPUTE_CAPABILITY
@@ -195,6 +196,7 @@ ACROSS: tuple[RuleOver, ...] = (
     gpu_capability,
     budget_problems,
     kv_fit_problems,
+    combinations.problems,
 )
 
 

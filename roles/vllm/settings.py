@@ -43,7 +43,6 @@ from roles.common.setting import (
     rules,
     setting,
 )
-from roles.vllm import combinations
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "vllm"
 LOCK = FILES / "requirements.lock"
@@ -291,7 +290,6 @@ CONSISTENCY = (
     max_new_tokens_fits,
     prefix_caching_with_mtp,
     extra_args_unmanaged,
-    combinations.problems,
 )
 
 

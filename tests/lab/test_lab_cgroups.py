@@ -69,16 +69,21 @@ def test_neither_machine_sees_the_others_units(pair):
         machine.ssh(
             f"systemctl stop {PROBE} 2>/dev/null; systemctl reset-failed {PROBE}", check=False
         )
-    # the same unit name in both machines, as vllm.service is on two rigs in the many-rigs lab
+    # the same unit name in both machines, as vllm.service is on two rigs in the many-rigs lab;
+    # each machine has its own PID namespace (both sleeps may well get the same PID), so each
+    # runs a sleep of its own length to tell them apart
+    lengths = {a.cfg.name: 600, b.cfg.name: 601}
     for machine in pair:
-        machine.ssh(f"systemd-run --unit={PROBE} --property=Type=exec sleep 600")
+        machine.ssh(
+            f"systemd-run --unit={PROBE} --property=Type=exec sleep {lengths[machine.cfg.name]}"
+        )
     pid_a, pid_b = _probe_pid(a), _probe_pid(b)
     assert pid_a and pid_b
-    for machine, own, other in ((a, pid_a, pid_b), (b, pid_b, pid_a)):
+    for machine, own, other in ((a, pid_a, b), (b, pid_b, a)):
         tree = machine.ssh("systemd-cgls --no-pager --full").stdout
         # a process line of systemd-cgls: "└─141 /usr/bin/sleep 600"
-        assert re.search(rf"─{own} \S*sleep 600", tree), tree
-        assert not re.search(rf"─{other} \S*sleep 600", tree), (
+        assert re.search(rf"─{own} \S*sleep {lengths[machine.cfg.name]}\b", tree), tree
+        assert not re.search(rf"─\d+ \S*sleep {lengths[other.cfg.name]}\b", tree), (
             f"{machine.cfg.name} sees the other's"
         )
         assert PROBE in tree

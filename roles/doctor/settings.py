@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from roles.common.checks import ENV_NAME, SAFE_NAME, Check, env_mapping, integer, number
+from roles.vllm import combinations
 from roles.vllm import settings as vllm_settings
 
 #: What a bench row reports, from vLLM's result JSON (``vllm bench serve --save-result``):
@@ -154,7 +155,7 @@ def arm_problems(values: Mapping[str, Any] | Any, arm: Mapping[str, Any]) -> lis
     what they say about the settings themselves ([] when the arm can run)."""
     if not arm.get("settings"):
         return []
-    base = {k: values.get(k) for k in vllm_settings.RULES}
+    base = {k: values.get(k) for k in (*vllm_settings.RULES, *combinations.OTHER_ROLE_KEYS)}
     own = set(vllm_settings.consistency(base))
     merged = {**base, **arm["settings"]}
     return [p for p in vllm_settings.consistency(merged) if p not in own]

@@ -9,6 +9,7 @@ from typing import Any
 
 from roles.common.checks import ENV_NAME, SAFE_NAME, Check, env_mapping, integer, number
 from roles.common.setting import Setting, TypedSettings, declared, optional, rules, setting
+from roles.vllm import combinations
 from roles.vllm import settings as vllm_settings
 
 #: What a bench row reports, from vLLM's result JSON (``vllm bench serve --save-result``):
@@ -166,7 +167,8 @@ def arm_problems(values: Mapping[str, Any] | Any, arm: Mapping[str, Any]) -> lis
     what they say about the settings themselves ([] when the arm can run)."""
     if not arm.get("settings"):
         return []
-    base = {k: values.get(k) for k in vllm_settings.RULES}
-    own = set(vllm_settings.consistency(base))
+    base = {k: values.get(k) for k in (*vllm_settings.RULES, *combinations.OTHER_ROLE_KEYS)}
+    own = {*vllm_settings.consistency(base), *combinations.problems(base)}
     merged = {**base, **arm["settings"]}
-    return [p for p in vllm_settings.consistency(merged) if p not in own]
+    found = [*vllm_settings.consistency(merged), *combinations.problems(merged)]
+    return [p for p in found if p not in own]

@@ -76,8 +76,14 @@ class Derived:
         )
 
 
+#: Keys of other roles the rules read (besides every ``vllm_*`` key): a caller that checks the
+#: vLLM role's rules alone (roles/doctor/settings.py ``arm_problems``) passes these too.
+OTHER_ROLE_KEYS = ("nvlink_required", "nvidia_gpu_compute_capability")
+
+
 def derive(values: Mapping[str, Any]) -> Derived:
-    """The facts of :class:`Derived` from checked settings (every key valid)."""
+    """The facts of :class:`Derived` from checked settings: every ``vllm_*`` key and
+    :data:`OTHER_ROLE_KEYS`, each valid. Raises KeyError naming a missing key."""
     extra = [str(a) for a in values.get("vllm_extra_args") or []]
     cuda = values["vllm_device"] == "cuda"
     major, _, minor = str(values["nvidia_gpu_compute_capability"]).partition(".")

@@ -134,3 +134,14 @@ def test_the_hand_kept_fp8_e4m3_threshold_agrees_with_the_derived_table():
             major, minor = (int(x) for x in text.split("."))
             refused = combinations.kv_cache_refusal(dtype, (major, minor)) is not None
             assert refused == ((major, minor) < need), (dtype, text)
+
+
+def test_a_bench_arm_that_meets_a_rule_is_unavailable():
+    """rigup-bench's arms are checked by the vLLM role's rules alone (roles/doctor/settings.py
+    arm_problems); the combination rules read the NVIDIA keys they need there too."""
+    from roles.doctor.settings import arm_problems
+
+    (line,) = arm_problems(load_group_data(), {"settings": {"vllm_env": EXPANDABLE}})
+    assert line.startswith("vllm_env: expandable_segments:True"), line
+    (line,) = arm_problems(load_group_data(), {"settings": {"vllm_kv_cache_dtype": "nvfp4"}})
+    assert line.startswith("vllm_kv_cache_dtype: nvfp4 on GPUs of compute capability 8.6"), line

@@ -189,7 +189,9 @@ NAME_CASES: dict[str, tuple[dict, list[str], list[str] | None]] = {
     "names_speculative_method": (
         {"vllm_speculative_config": {"method": "mpt", "num_speculative_tokens": 3}},
         [],
-        ["vllm_speculative_config: method: 'mpt' is not a speculative method (did you mean mtp"],
+        [
+            "vllm_speculative_config: method: 'mpt' is not a speculative method of this vLLM (did you mean mtp"
+        ],
     ),
     "names_kv_cache_dtype": (
         {"vllm_kv_cache_dtype": "fp8_e5m3"},

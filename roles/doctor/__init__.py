@@ -43,15 +43,16 @@ from roles.vllm.paths import VllmPaths
 
 
 def model_record(llm: PlacedModel) -> dict[str, str]:
-    """What the report says about the served checkpoint: name, revision, repo_id, state, commit
-    (the manifest's or its lock's; "" when unpinned) and description."""
+    """What the report says about the served checkpoint: name, revision, repo_id, state and
+    description. The commit it is pinned to is read on the host from the placed record
+    (roles/doctor/report.py), not rendered here: a first converge writes the model's lock while it
+    runs, after this file was planned, so a commit here would change the file on the next run."""
     m = llm.manifest
     return {
         "name": llm.name,
         "revision": llm.revision,
         "repo_id": m.repo_id,
         "state": m.state,
-        "commit": m.commit or "",
         "description": m.description,
     }
 

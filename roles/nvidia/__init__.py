@@ -10,7 +10,8 @@ inventory/group_data/all.py (rules in settings.py). Where things live:
 - roles/common/diagnosis/     what each fault means (one table); on the host rigup_diagnosis/
 - kernel.py      the running kernel's flavour -> Canonical's prebuilt module package
 - preflight.py   everything that refuses a host, before any change
-- operations.py  the layer's own operations (driver held, CUDA_HOME linked)
+- cuda_headers.py  CUDA 13.0's crt/math_functions.h against glibc >= 2.42 (rsqrt noexcept)
+- operations.py  the layer's own operations (driver held, CUDA_HOME linked, math header edited)
 - tools.py       rigup's scripts on the host (boot units, rigup-nvidia-diagnose)
 - driver.py, toolkit.py, power.py, nvlink.py   one deploy each
 - layer.py       NvidiaLayer: what later deploys (vLLM, VoxCPM2, ComfyUI) receive

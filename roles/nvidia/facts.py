@@ -7,6 +7,7 @@ import shlex
 
 from pyinfra.api import FactBase
 
+from roles.nvidia.cuda_headers import DECLARATION_GREP, parse_glibc_version
 from roles.nvidia.parsers import (
     DRIVER_STATE_COMMAND,
     GPU_QUERY_COMMAND,
@@ -239,3 +240,38 @@ class CudaToolkitHome(FactBase):
             "lib64": values.get("lib64") == "1",
             "link": values.get("link") or None,
         }
+
+
+class Glibc(FactBase):
+    """The host's glibc as ``(major, minor)``, e.g. ``(2, 43)`` on Ubuntu 26.04; None when the
+    libc is not glibc. From ``getconf GNU_LIBC_VERSION``, else ``ldd --version``
+    (roles/nvidia/cuda_headers.py parse_glibc_version)."""
+
+    def command(self) -> str:
+        return "getconf GNU_LIBC_VERSION 2>/dev/null || ldd --version 2>&1 | head -n1; true"
+
+    def process(self, output: list[str]) -> tuple[int, int] | None:
+        return parse_glibc_version(output)
+
+
+class CudaMathHeader(FactBase):
+    """The ``extern`` declarations of rsqrt/rsqrtf in a CUDA ``crt/math_functions.h``:
+    ``{"exists": True, "declarations": {629: "extern ... double rsqrt(double x);", ...}}``
+    (line number -> line); ``{"exists": False, "declarations": {}}`` when the file is absent."""
+
+    def command(self, path: str) -> str:
+        q = shlex.quote(path)
+        return (
+            f"test -f {q} || {{ echo @absent; exit 0; }}; echo @present; "
+            f"grep -n -E {shlex.quote(DECLARATION_GREP)} {q}; true"
+        )
+
+    def process(self, output: list[str]) -> dict:
+        if not output or output[0].strip() == "@absent":
+            return {"exists": False, "declarations": {}}
+        declarations: dict[int, str] = {}
+        for line in output:
+            number, sep, text = line.partition(":")
+            if sep and number.isdigit():
+                declarations[int(number)] = text
+        return {"exists": True, "declarations": declarations}

@@ -6,10 +6,23 @@ from __future__ import annotations
 import shlex
 
 from pyinfra import host
-from pyinfra.api import operation
+from pyinfra.api import StringCommand, operation
 from pyinfra.api.exceptions import OperationError
 
-from roles.nvidia.facts import CudaToolkitHome, KernelPackages, NvidiaPackages
+from roles.nvidia.cuda_headers import (
+    MATH_FUNCTIONS_H,
+    HeaderError,
+    needs_noexcept,
+    noexcept_edits,
+    sed_command,
+)
+from roles.nvidia.facts import (
+    CudaMathHeader,
+    CudaToolkitHome,
+    Glibc,
+    KernelPackages,
+    NvidiaPackages,
+)
 
 
 @operation()
@@ -29,6 +42,48 @@ def cuda_home_linked(venv: str, home: str):
         f'test -e "$top/lib64" || ln -s lib "$top/lib64"; '
         f'test "$(readlink {q_home})" = "$top" || ln -sfn "$top" {q_home}'
     )
+
+
+@operation()
+def cuda_math_header_patched(home: str):
+    """Give the rsqrt/rsqrtf declarations of ``<home>/include/crt/math_functions.h`` the
+    ``noexcept(true)`` that glibc >= 2.42 declares them with, so nvcc 13.0 compiles ``.cu`` files
+    on such a host (roles/nvidia/cuda_headers.py says why). Each changed line ends with
+    cuda_headers.MARK.
+
+    + home: CUDA_HOME of the pinned toolkit (``<prefix>/cuda-13.0/home``)
+
+    Evaluated when it runs, after the toolkit's install, so a toolkit installed again (its venv
+    rebuilt) is edited again on the same run; a no-op when the host's glibc is older than 2.42 or
+    not glibc (the file is left as it is), and when every declaration has an exception
+    specification already. Raises ``OperationError`` when the header is absent at execution time,
+    or when it is not the layout this edit knows (cuda_headers.HeaderError).
+    """
+    glibc = host.get_fact(Glibc)
+    if not needs_noexcept(glibc):
+        libc = f"glibc {'.'.join(map(str, glibc))}" if glibc else "a libc other than glibc"
+        host.noop(f"{MATH_FUNCTIONS_H} left as it is ({libc} declares no rsqrt of its own)")
+        return
+    path = f"{home}/{MATH_FUNCTIONS_H}"
+    header = host.get_fact(CudaMathHeader, path=path) or {}
+    if not header.get("exists"):
+        if host.state.is_executing:
+            raise OperationError(f"{path} does not exist: the CUDA toolkit is not installed")
+        # Planning before the toolkit is installed: the edit is computed when it runs.
+        yield StringCommand("true", "#", f"{path}: rsqrt/rsqrtf get noexcept(true) once installed")
+        return
+    declarations = {int(n): line for n, line in header["declarations"].items()}
+    try:
+        edits = noexcept_edits(declarations)
+    except HeaderError as exc:
+        raise OperationError(f"{path}: {exc}") from exc
+    if not edits:
+        host.noop(f"{path}: rsqrt/rsqrtf already declared noexcept")
+        return
+    try:
+        yield sed_command(path, edits)
+    except ValueError as exc:
+        raise OperationError(str(exc)) from exc
 
 
 @operation()

@@ -8,7 +8,8 @@ from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from roles.common.venv import locked_venv
-from roles.nvidia.operations import cuda_home_linked
+from roles.nvidia.cuda_headers import MATH_FUNCTIONS_H
+from roles.nvidia.operations import cuda_home_linked, cuda_math_header_patched
 from roles.nvidia.paths import FILES, NvidiaPaths, cuda_env
 
 
@@ -16,7 +17,8 @@ from roles.nvidia.paths import FILES, NvidiaPaths, cuda_env
 def cuda_toolkit(settings) -> None:
     """CUDA toolkit ``cuda_toolkit_version`` (NVIDIA's PyPI wheels, locked) at
     ``<prefix>/cuda-<major.minor>/home``, on PATH for service users through :func:`cuda_env` and
-    for login shells through /etc/profile.d/rigup-cuda.sh."""
+    for login shells through /etc/profile.d/rigup-cuda.sh; on glibc >= 2.42 its math header gets
+    the ``noexcept(true)`` nvcc 13.0 needs there (roles/nvidia/cuda_headers.py)."""
     np = NvidiaPaths.from_data(settings)
     files.directory(name=f"Directory {np.cuda_root}", path=np.cuda_root, mode="755")
     locked_venv(
@@ -29,6 +31,11 @@ def cuda_toolkit(settings) -> None:
         python="python3",
     )
     cuda_home_linked(name=f"CUDA_HOME {np.cuda_home}", venv=np.cuda_venv, home=np.cuda_home)
+    # every run, after the install: a venv built again is edited again (cuda_headers.py says why)
+    cuda_math_header_patched(
+        name=f"{MATH_FUNCTIONS_H}: rsqrt/rsqrtf noexcept where glibc >= 2.42",
+        home=np.cuda_home,
+    )
     env = cuda_env(settings)
     files.put(
         name="CUDA toolkit on PATH for login shells",

@@ -25,6 +25,8 @@ def _ubuntu_2604(uid: int = 0, systemd: bool = True) -> dict:
             f"uid={uid}",
         ],
         re.compile(r"^command -v (useradd|usermod|groupadd)"): ["/usr/sbin/useradd"],
+        # roles/nvidia/facts.py Glibc: Ubuntu 26.04's (tests/fixtures/glibc)
+        "getconf GNU_LIBC_VERSION": _fixture("glibc/ubuntu-26.04-getconf.txt"),
     }
 
 
@@ -175,6 +177,20 @@ def _bare_3090s(**state) -> dict:
     }
 
 
+def _cuda_math_header(edited: bool = True) -> dict:
+    """roles/nvidia/facts.py CudaMathHeader: the rsqrt/rsqrtf declarations of the pinned
+    toolkit's crt/math_functions.h (tests/fixtures/cuda, at the real header's line numbers),
+    with rigup's noexcept(true) (``edited``) or as NVIDIA ships them (a toolkit installed again)."""
+    from roles.nvidia.cuda_headers import patched_header
+
+    lines = _fixture("cuda/math_functions-13.0.88-rsqrt.h")
+    if edited:
+        lines = patched_header("\n".join(lines)).split("\n")
+    (double,) = [line for line in lines if line.startswith("extern") and "rsqrt(double x)" in line]
+    (single,) = [line for line in lines if line.startswith("extern") and "rsqrtf(float x)" in line]
+    return {"crt/math_functions.h": ["@present", f"629:{double}", f"653:{single}"]}
+
+
 def _converged_nvidia(**smi) -> dict:
     """The NVIDIA layer as rigup leaves it: driver loaded and consistent, held, 290 W, NVLink."""
     held = [
@@ -200,6 +216,7 @@ def _converged_nvidia(**smi) -> dict:
         **_kernel(),
         **_smi(**smi),
         **_interconnect(),
+        **_cuda_math_header(),
         # `systemctl show --all --property Id --property SubState|UnitFileState <unit>`, as
         # systemd prints it for the applied oneshots (tests/fixtures/systemd/show-oneshot-applied.txt)
         "--property SubState": [
@@ -265,6 +282,30 @@ def nouveau_loaded():
 def converged_rig():
     """The NVIDIA layer already converged: driver loaded, held, 290 W, persistence, NVLink NV4."""
     return {**_converged_nvidia(), **_ubuntu_2604(), **_driver(), **_mirror_present()}, {}
+
+
+def toolkit_reinstalled():
+    """As converged_rig, with the CUDA toolkit's venv built again: its crt/math_functions.h is
+    NVIDIA's again, without the noexcept glibc 2.43 needs."""
+    return {
+        **_converged_nvidia(),
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+        **_cuda_math_header(edited=False),
+    }, {}
+
+
+def older_glibc_rig():
+    """As toolkit_reinstalled, on a glibc older than 2.42 (Debian 13's 2.41): nothing to edit."""
+    return {
+        **_converged_nvidia(),
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+        **_cuda_math_header(edited=False),
+        "getconf GNU_LIBC_VERSION": _fixture("glibc/debian-13-getconf.txt"),
+    }, {}
 
 
 def power_limit_out_of_range():
@@ -613,6 +654,8 @@ SCENARIOS = {
         secure_boot_nvidia_repo,
         nouveau_loaded,
         converged_rig,
+        toolkit_reinstalled,
+        older_glibc_rig,
         power_limit_out_of_range,
         one_gpu_missing,
         nvlink_degraded,

@@ -232,6 +232,31 @@ def test_converged_rig_installs_nothing_and_does_not_reboot():
     assert "warning" not in err.lower() or "NVIDIA:" not in err
 
 
+MATH_HEADER_OP = (
+    "CUDA toolkit | include/crt/math_functions.h: rsqrt/rsqrtf noexcept where glibc >= 2.42"
+)
+
+
+@pytest.mark.parametrize(
+    "scenario,planned",
+    [
+        ("fresh_rig", "change"),  # edited once the toolkit is installed (glibc 2.43)
+        ("converged_rig", "none"),  # already edited
+        ("toolkit_reinstalled", "change"),  # a venv built again is edited again
+        ("older_glibc_rig", "none"),  # glibc 2.41 declares no rsqrt: left as NVIDIA ships it
+    ],
+)
+def test_cuda_math_header_edited_on_every_run_only_where_needed(scenario, planned):
+    rc, parsed, err = plan(scenario, "deploys/nvidia.py")
+    assert rc == 0, err
+    ops = _nvidia_ops(parsed)
+    names = list(ops)
+    assert names.index(MATH_HEADER_OP) > names.index(
+        "CUDA toolkit | CUDA toolkit venv (cuda-toolkit 13.0.2 wheels; uv, locked)"
+    )
+    assert ops[MATH_HEADER_OP] == planned
+
+
 @pytest.mark.parametrize(
     "scenario", ["fresh_rig_nvidia_repo", "secure_boot_ubuntu", "nouveau_loaded"]
 )

@@ -51,6 +51,7 @@ OPERATIONS = {
     "model_placed": "roles.model.operations:model_placed",
     "driver_held": "roles.nvidia.operations:driver_held",
     "cuda_home_linked": "roles.nvidia.operations:cuda_home_linked",
+    "cuda_math_header_patched": "roles.nvidia.operations:cuda_math_header_patched",
 }
 
 

@@ -33,13 +33,17 @@ TINY = Shape(
     # key head dim == value head dim: the CUDA build's fused GDN prefill kernel
     # (fla/ops/fused_gdn_prefill_post_conv.py) fails to compile for K 32 / V 64
     # (tests/fixtures/vllm-cuda/fail-gdn-prefill-k32-v64.log); the 27B has 128 = 128.
-    # value dim 4 x 64 = 256: split over 2 tensor-parallel ranks each keeps 128 input features of
+    # 32, not 64: vLLM 0.22.1's CPU build dies at the first request with a GDN key head dim of 64
+    # on an AMX host ("Worker proc VllmWorker-0 died unexpectedly", the kernel's "trap invalid
+    # opcode"; K 32 serves there, measured in the lab on 2026-12-01). The H200 runs of that day
+    # used K = V = 64 with 4 value heads (tests/fixtures/vllm-cuda/h200-runs).
+    # value dim 8 x 32 = 256: split over 2 tensor-parallel ranks each keeps 128 input features of
     # the INT4 out_proj, one AutoRound group (a rank with less than a group kills the CPU worker);
     # 2 key heads so tensor parallel 2 splits them too
     lin_k_heads=2,
-    lin_v_heads=4,
-    lin_k_dim=64,
-    lin_v_dim=64,
+    lin_v_heads=8,
+    lin_k_dim=32,
+    lin_v_dim=32,
     conv_k=4,
     mtp_layers=1,
     group=128,  # every quantized in_features is a multiple of it

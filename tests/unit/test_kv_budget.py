@@ -16,6 +16,10 @@ from tests.conftest import REPO, load_group_data
 
 CUDA = REPO / "tests" / "fixtures" / "vllm-cuda"
 
+#: The tiny shape of the H200 runs of 2026-12-01 (GDN key = value head dim 64, 4 value heads);
+#: the shipped TINY has 32 and 8 since (lab/tiny/shape.py says why)
+H200_TINY = dataclasses.replace(TINY, lin_v_heads=4, lin_k_dim=64, lin_v_dim=64)
+
 
 def test_block_sizes_are_the_ones_vllm_raised_to():
     """ "Setting attention block size to 1568 tokens" (no MTP) and 1600 (MTP 3) for the 27B at a
@@ -28,19 +32,19 @@ def test_block_sizes_are_the_ones_vllm_raised_to():
 
 def test_tiny_block_sizes_match_the_h200_logs():
     """The tiny checkpoints' logs: 160 for key head dim 32, 288 for 64 (MTP 3, fp8_e5m2)."""
-    k32 = dataclasses.replace(TINY, lin_k_dim=32)
-    k64_one_head = dataclasses.replace(TINY, lin_k_heads=1, num_layers=4)
+    k32 = dataclasses.replace(H200_TINY, lin_k_dim=32)
+    k64_one_head = dataclasses.replace(H200_TINY, lin_k_heads=1, num_layers=4)
     for shape, log in ((k32, "fail-gdn-prefill-k32-v64.log"),
                        (k64_one_head, "serve-tiny-int4-cudagraphs.log")):  # fmt: skip
         facts = engine_start_facts((CUDA / log).read_text(encoding="utf-8"))
         assert layout(shape, speculative_tokens=3).block_size == facts.block_size
-    assert layout(TINY, speculative_tokens=3).block_size == 288
+    assert layout(H200_TINY, speculative_tokens=3).block_size == 288
 
 
 def test_pool_tokens_match_the_h200_logs_within_the_logs_rounding():
     """ "Available KV cache memory: 27.3 GiB" -> "GPU KV cache size: 35,407,070 tokens" at 4096
     (the log rounds the GiB to 0.01, which moves the figure by up to ~0.02 %)."""
-    shape = dataclasses.replace(TINY, lin_k_heads=1, num_layers=4)  # the tiny of those runs
+    shape = dataclasses.replace(H200_TINY, lin_k_heads=1, num_layers=4)  # the tiny of those runs
     kv = layout(shape, speculative_tokens=3)
     for log in ("serve-tiny-int4-cudagraphs.log", "serve-tiny-int4-eager.log"):
         f = engine_start_facts((CUDA / log).read_text(encoding="utf-8"))
@@ -88,8 +92,8 @@ def test_the_pool_without_mtp_is_the_arithmetic():
 
 
 def test_the_tiny_pool_of_the_h200_runs_is_the_arithmetic():
-    """lab/tiny as shipped (8 layers, key head dim = value head dim) at a 24 GiB budget."""
-    kv = layout(TINY, speculative_tokens=3)
+    """lab/tiny as it ran on the H200 (8 layers, key = value head dim 64) at a 24 GiB budget."""
+    kv = layout(H200_TINY, speculative_tokens=3)
     for run in ("tiny-eager", "tiny-graphs"):
         f = run_facts(run)
         assert kv.block_size == f.block_size == 288

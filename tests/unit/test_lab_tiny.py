@@ -180,7 +180,7 @@ def test_tiny_checkpoint_files_match_their_index(tiny_int4):
 def test_tiny_checkpoint_config_has_the_fixed_shape(tiny_int4):
     cfg = json.loads((tiny_int4 / "config.json").read_text())["text_config"]
     assert cfg["num_hidden_layers"] == 8 and len(cfg["layer_types"]) == 8
-    assert cfg["linear_key_head_dim"] == cfg["linear_value_head_dim"] == 64
+    assert cfg["linear_key_head_dim"] == cfg["linear_value_head_dim"] == 32
     with safe_open(str(tiny_int4 / "model-00002-of-00002.safetensors"), "np") as f:
         names = set(f.keys())
     with safe_open(str(tiny_int4 / "model-00001-of-00002.safetensors"), "np") as f:

@@ -246,7 +246,10 @@ def test_kv_prediction_beside_vllms_figures(tmp_path):
 
     tiny = tmp_path / "tiny"
     tiny.mkdir()
-    shape = dataclasses.replace(TINY, lin_k_heads=1, num_layers=4)
+    # the shape of that run: GDN key = value head dim 64, 4 value heads (lab/tiny ships 32 since)
+    shape = dataclasses.replace(
+        TINY, lin_k_heads=1, lin_v_heads=4, lin_k_dim=64, lin_v_dim=64, num_layers=4
+    )
     (tiny / "config.json").write_text(
         json.dumps(config_json(build_tokenizer(), "hybrid-int4", shape))
     )

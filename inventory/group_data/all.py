@@ -105,14 +105,14 @@ vllm_kv_cache_dtype = "fp8_e5m2"  # seed; vLLM docs: fp8 KV cache halves its mem
 vllm_block_size = 16
 # seed. The KV need does not depend on it; the activation peak vLLM profiles does: the measured
 # non-KV rest at 16384 is 3.91 GiB a GPU with MTP (one H200 at a 24 GiB budget); 2048 is not
-# measured yet (issue 18)
+# measured yet (no two-GPU machine was lent)
 vllm_max_num_batched_tokens = 16384
 vllm_speculative_config = {"method": "mtp", "num_speculative_tokens": 3}  # seed: MTP, 3 tokens
 # seed: full 256 Ki context (2x3090 log: KV pool 623,873 tokens). Measured on one H200 at a 3090's
 # 24 GiB budget, tensor parallel 1, fp8_e5m2: vLLM refuses 262144 with MTP 3 (9.13 GiB of KV
 # needed, 2.46 GiB available) and serves 56,000; without MTP its pool at 56,000 is 99,076 tokens.
 # At tensor parallel 2 kv_budget computes 4.57 GiB a card for 262144 (fp8, MTP 3) against about
-# 9.8 GiB left: a pool of about 564,000 tokens. TP 2 itself is not measured yet (issue 18).
+# 9.8 GiB left: a pool of about 564,000 tokens. TP 2 itself is not measured yet (no two-GPU machine was lent).
 vllm_max_model_len = 262144
 # seed: ~23.4 GB in use on each 24 GB card at TP=2; 0.94 x 24 GiB = 22.6 GiB for vLLM plus
 # ~0.8 GiB of CUDA context/NCCL outside the budget (vLLM 0.22.1 default: 0.92, config/cache.py).

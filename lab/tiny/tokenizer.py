@@ -128,7 +128,7 @@ def build_tokenizer(vocab_size: int = TINY.vocab) -> Tokenizer:
     added tokens (each decodes to " w<id>"; encoding never produces them), then Qwen's special
     tokens, the tags and the script's pieces as the top ids. A model with random weights samples
     any id, and an id its tokenizer lacks decodes to nothing: vLLM then answers ``content``
-    None and streams chunks without text (the full-size run on the H200, issue 23). Raises
+    None and streams chunks without text (the full-size run on the H200, 2026-12-01). Raises
     ValueError when ``vocab_size`` is smaller than the trained vocabulary and added tokens."""
     trained = Tokenizer(models.BPE())
     trained.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)

@@ -105,7 +105,7 @@ def models(api: Api) -> dict:
 
 #: why tokens can come back without text: the tokenizer lacks the ids the model emits (a
 #: tokenizer smaller than config.json's vocab_size: the full-size random-weight run on the H200,
-#: issue 23, tests/fixtures/vllm-cuda/h200-runs) or the model emits only special tokens
+#: tests/fixtures/vllm-cuda/h200-runs) or the model emits only special tokens
 UNDECODED = (
     "{n} tokens generated, none decoded to text: the tokenizer lacks the ids the model emits "
     "(fewer ids than config.json's vocab_size?) or the model emits only special tokens"

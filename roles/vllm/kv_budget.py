@@ -19,7 +19,7 @@ What vLLM does (the files are vLLM 0.22.1's):
   each mamba group (v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size,
   _max_memory_usage_bytes_from_groups; v1/kv_cache_interface.py MambaSpec).
 
-Checked against what vLLM printed on an H200 (issue 23, tests/unit/test_kv_budget.py,
+Checked against what vLLM printed on an H200 (2026-12-01, tests/unit/test_kv_budget.py,
 tests/fixtures/vllm-cuda/h200-runs): the block sizes 1568 / 1600 (MTP), "9.13 GiB KV cache is
 needed" for 262144 tokens with MTP 3, "the estimated maximum model length is 56000" with 2.46 GiB
 available, and "GPU KV cache size: 99,076 tokens" without MTP at 56000 with 3.33 GiB.
@@ -143,21 +143,21 @@ class ServedModel:
 
 
 #: the budget of the measured runs: --gpu-memory-utilization 0.1709 of the H200's 143,771 MiB
-#: (nvidia-smi) = 23.99 GiB, a 3090's 24 GiB (tests/fixtures/vllm-cuda/h200-runs, issue 23)
+#: (nvidia-smi) = 23.99 GiB, a 3090's 24 GiB (tests/fixtures/vllm-cuda/h200-runs)
 H200_RUN_BUDGET_GIB = 0.1709 * 143771 / 1024
 
 #: model_llm_manifest -> its measured footprint. Qwen3.6-27B AutoRound INT4's text shape with
 #: random weights (lab/tiny --shape qwen3.6-27b) on one H200 at that budget, tensor parallel 1,
 #: fp8_e5m2, 16384 batched tokens, CUDA graphs (tests/fixtures/vllm-cuda/h200-runs, 2026-12-01):
 #: MTP 3: "Model loading took 17.62 GiB", "Available KV cache memory: 2.46 GiB" (other 3.91);
-#: MTP off: 16.83 GiB and 3.33 GiB (other 3.83). Tensor parallel 2 is not measured yet (issue
-#: 18): its weights are taken as halved and its rest as the same as on one GPU.
+#: MTP off: 16.83 GiB and 3.33 GiB (other 3.83). Tensor parallel 2 is not measured yet (no two-GPU machine
+#: was lent): its weights are taken as halved and its rest as the same as on one GPU.
 KNOWN_MODELS = {
     "qwen3.6-27b-int4-autoround": ServedModel(
         QWEN36_27B,
         without_mtp=Footprint(16.83, H200_RUN_BUDGET_GIB - 16.83 - 3.33),
         with_mtp=Footprint(17.62, H200_RUN_BUDGET_GIB - 17.62 - 2.46),
-        source="measured on an H200 at a 24 GiB budget, issue 23",
+        source="measured on an H200 at a 24 GiB budget, 2026-12-01",
     ),
 }
 

@@ -19,7 +19,7 @@ REAL = config_json()  # the real 27B's config.json values (lab/checkpoint.py)
 
 
 def test_the_27b_reads_about_15_4_gb_per_step_and_an_h200_caps_it_near_311_steps():
-    """Issue 23's figures: INT4 weights 12.2 GB, scales 0.38, BF16 lm_head 2.54, gated delta net
+    """The H200 run's figures: INT4 weights 12.2 GB, scales 0.38, BF16 lm_head 2.54, gated delta net
     state 0.30 (read and written): about 15.4 GB a step, 4.8 TB/s / 15.4 GB = about 311/s."""
     s = roofline.decode_step_bytes(REAL, 0, "fp8_e5m2", 1)
     assert round(s.quantized_weights / 1e9, 2) == 12.16  # 24,326,963,200 weights x 4 bit
@@ -31,7 +31,7 @@ def test_the_27b_reads_about_15_4_gb_per_step_and_an_h200_caps_it_near_311_steps
     assert round(s.total / 1e9, 1) == 15.4
     r = roofline.roofline(s, "NVIDIA H200", 110.6, None)
     assert round(r["ceiling_steps_s"]) == 311
-    assert round(100 * r["fraction"], 1) == 35.6  # the issue's measured 9.04 ms a token
+    assert round(100 * r["fraction"], 1) == 35.6  # the H200 run's measured 9.04 ms a token
 
 
 def test_kv_cache_read_grows_with_context_and_dtype():

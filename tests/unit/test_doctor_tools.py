@@ -631,7 +631,7 @@ def test_a_cpu_without_avx512_is_named_when_int4_weights_cannot_load():
 )  # fmt: skip
 def test_the_post_names_the_source_the_model_was_placed_from(cfg, placed, model, en, zh):
     """Every source kind is reported as what it is: a model locked to a hub commit is never
-    "local mirror, not pinned" (issue 21, item 7)."""
+    "local mirror, not pinned" (a new user's report)."""
     f = facts(cfg)
     f["model"] = {**cfg["vllm"]["model"], **model, "placed": placed}
     assert en in report.model_line(f, zh=False)

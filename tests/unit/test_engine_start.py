@@ -126,7 +126,7 @@ RUNS = "vllm-cuda/h200-runs"
     ],
 )  # fmt: skip
 def test_the_h200_runs_of_the_gpu_serving_check(run, want):
-    """gpu-serve's four runs on one H200 at a 3090's 24 GiB budget (2026-12-01, issue 23)."""
+    """gpu-serve's four runs on one H200 at a 3090's 24 GiB budget (2026-12-01)."""
     got = facts(f"{RUNS}/{run}/engine.log").as_dict()
     assert {k: got[k] for k in want} == want
 

@@ -236,7 +236,7 @@ def test_the_bench_is_labelled_with_the_machine():
 
 def test_kv_prediction_beside_vllms_figures(tmp_path):
     """Every run's summary puts roles/vllm/kv_budget.py's figures beside vLLM's: here the H200
-    tiny run (its 4-layer, one-key-head checkpoint) and issue 23's refusal of 262144 tokens."""
+    tiny run (its 4-layer, one-key-head checkpoint) and the full-size run's refusal of 262144 tokens."""
     from gpuserve import steps
 
     from lab.checkpoint import config_json as real_config

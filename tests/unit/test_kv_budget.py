@@ -1,5 +1,5 @@
 """roles/vllm/kv_budget.py: vLLM 0.22.1's KV-cache arithmetic for Qwen3.6, checked against what
-the engine itself printed on an H200 (issue 23; tests/fixtures/vllm-cuda), and the settings
+the engine itself printed on an H200 (2026-12-01; tests/fixtures/vllm-cuda), and the settings
 check that uses it (does 262144 tokens fit two 24 GiB cards?)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ H200_TINY = dataclasses.replace(TINY, lin_v_heads=4, lin_k_dim=64, lin_v_dim=64)
 
 def test_block_sizes_are_the_ones_vllm_raised_to():
     """ "Setting attention block size to 1568 tokens" (no MTP) and 1600 (MTP 3) for the 27B at a
-    3090's budget on the H200 (issue 23)."""
+    3090's budget on the H200 (2026-12-01)."""
     assert layout(speculative_tokens=0).block_size == 1568
     assert layout(speculative_tokens=3).block_size == 1600
     # docs/serving.md: 784 with the BF16 KV cache (vLLM code, platforms/interface.py)
@@ -145,7 +145,7 @@ def test_the_settings_check_refuses_262144_on_one_3090_naming_the_figures():
     p = problems[0]
     assert p.startswith("vllm_max_model_len: 262144 tokens need 9.13 GiB")
     assert "24 GiB x 0.94 = 22.56 GiB" in p and "17.62 GiB over 1 GPU(s)" in p
-    assert "issue 23" in p and "about 11,200 tokens fit" in p
+    assert "2026-12-01" in p and "about 11,200 tokens fit" in p
     data["vllm_max_model_len"] = 11200
     assert kv_fit_problems(data) == []
     data["vllm_max_model_len"] = 11200 + 1600
@@ -191,7 +191,7 @@ def test_shape_from_the_real_config_is_the_27b_shape():
 def test_tensor_parallel_2_rows_of_docs_serving(
     dtype, mtp, asked, block, need_gib, pool_094, pool_234
 ):
-    """docs/serving.md "Tensor parallel 2 on two 24 GiB cards" (issue 18, not measured yet): each
+    """docs/serving.md "Tensor parallel 2 on two 24 GiB cards" (not measured yet: no two-GPU machine was lent): each
     card's budget (24 GiB x 0.94, or the seed's 23.4 GiB) less half the measured weights and the
     rest measured on one H200 leaves the KV pool; the block size asked changes nothing but BF16
     without MTP (784 -> 800)."""

@@ -85,7 +85,7 @@ def _int4_bytes(out_f: int, in_f: int, group: int = 128) -> int:
 
 def test_full_size_arithmetic():
     """Qwen3.6-27B's text shape, INT4: parameters and bytes, computed here from the published
-    sizes, match the planned tensors; the bytes are the 18.64 GB the H200 run wrote (issue 23)."""
+    sizes, match the planned tensors; the bytes are the 18.64 GB the H200 run wrote (2026-12-01)."""
     s = QWEN36_27B
     w = plan_weights("hybrid-int4", s)
     h, inter, v = s.hidden, s.intermediate, s.vocab

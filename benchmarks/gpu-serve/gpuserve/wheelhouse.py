@@ -6,7 +6,7 @@ Runs on the controller (network to PyPI). What the target lacks comes from one o
 - its ``python3 -m pip list --format=freeze`` output (``--freeze FILE``): every lock entry for
   the target's Python and platform that it does not have at the locked version;
 - a known image (``--image nvidia-h200``): the wheels measured missing there
-  (images/nvidia-h200.txt, the lent H200 machine of issue 23).
+  (images/nvidia-h200.txt, the lent H200 machine, 2026-12-01).
 
 Some lock packages are left out on purpose (:data:`LEFT_OUT`, each with its reason): none is
 imported to serve Qwen3.6-27B AutoRound INT4 on CUDA, and together they are over 700 MB.
@@ -39,10 +39,10 @@ IMAGES = HERE.parent / "images"
 PACK = "rigup-wheels.tar"
 MANIFEST = "manifest.json"
 #: the carried pieces' size limit: the device tool carries at most 64 MiB per call, the working
-#: tree (about 5 MiB) included; 55 MiB pieces went through on the H200 (2026-12-01, issue 23)
+#: tree (about 5 MiB) included; 55 MiB pieces went through on the H200 (2026-12-01)
 DEFAULT_PIECE_MIB = 55
 
-#: lock packages not carried, with the reason (measured on the H200, issue 23:
+#: lock packages not carried, with the reason (measured on the H200, 2026-12-01:
 #: tests/fixtures/vllm-cuda/wheels-left-out.txt lists their sizes)
 LEFT_OUT = {
     "flashinfer-cubin": "FlashInfer's prebuilt kernels (361 MB); FlashInfer compiles what it "

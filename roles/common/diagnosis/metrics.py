@@ -264,7 +264,7 @@ _METRICS: list[Signature] = [
         "vllm_speculative_config = None (no drafts), then converge; check the clients' sampling",
         matcher=_match_spec_none,
         reference="z-lab/paroquant#42; vLLM 0.22.1 v1/spec_decode/metrics.py:88-140; "
-        "issue 23 (the H200 run with random weights: 0 of 1,020 drafts accepted)",
+        "the H200 run of 2026-12-01 (random weights: 0 of 1,020 drafts accepted)",
     ),
     Signature(
         id="spec-decode/low",

@@ -35,8 +35,9 @@ TINY = Shape(
     # (tests/fixtures/vllm-cuda/fail-gdn-prefill-k32-v64.log); the 27B has 128 = 128.
     # 32, not 64: vLLM 0.22.1's CPU build dies at the first request with a GDN key head dim of 64
     # on an AMX host ("Worker proc VllmWorker-0 died unexpectedly", the kernel's "trap invalid
-    # opcode"; K 32 serves there, measured in the lab on 2026-12-01). The H200 runs of that day
-    # used K = V = 64 with 4 value heads (tests/fixtures/vllm-cuda/h200-runs).
+    # opcode"; K 32 serves there, measured in the lab on 2026-12-01). This shape served on the
+    # H200's CUDA build too (tests/fixtures/vllm-cuda/h200-runs-2026-12-02); the runs of
+    # 2026-12-01 used K = V = 64 with 4 value heads (tests/fixtures/vllm-cuda/h200-runs).
     # value dim 8 x 32 = 256: split over 2 tensor-parallel ranks each keeps 128 input features of
     # the INT4 out_proj, one AutoRound group (a rank with less than a group kills the CPU worker);
     # 2 key heads so tensor parallel 2 splits them too

@@ -90,6 +90,7 @@ def test_nothing_listening_is_named():
 
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cuda" / "h200-runs"
+RUNS_2 = RUNS.with_name("h200-runs-2026-12-02")
 
 
 def _recorded(run: str, check: str) -> dict:
@@ -110,6 +111,25 @@ def test_the_full_size_random_models_answer_is_named_undecoded(sse_server):
     api = c.Api(url, "qwen3.6-27b", timeout=10)
     error = _recorded("full-mtp", "chat, reasoning apart")["error"]
     reply = ast.literal_eval(error.split("an empty answer: ", 1)[1])
+    bodies.append(_json(reply))
+    with pytest.raises(c.CheckFailed, match="64 tokens generated, none decoded to text"):
+        c.chat_reasoning_apart(api)
+
+
+def test_the_full_size_answers_with_the_whole_vocabulary_pass(sse_server):
+    """The same shape on 2026-12-02, its tokenizer now covering all 248,320 ids: the reasoning
+    the random model gave decodes (filler tokens " w<id>"), so the chat and stream checks pass
+    on what vLLM really answered, and an answer of the same tokens without text still fails."""
+    url, bodies = sse_server
+    api = c.Api(url, "qwen3.6-27b", timeout=10)
+    summary = json.loads((RUNS_2 / "full-mtp" / "summary.json").read_text(encoding="utf-8"))
+    seen = next(r for r in summary["checks"] if r["check"] == "chat, reasoning apart")["seen"]
+    assert seen["reasoning"].split()[0].startswith("w") and seen["content"] == ""
+    message = {"role": "assistant", "content": seen["content"], "reasoning": seen["reasoning"]}
+    reply = {"choices": [{"message": message}], "usage": {"completion_tokens": 64}}
+    bodies.append(_json(reply))
+    assert c.chat_reasoning_apart(api) == seen
+    message["reasoning"] = ""
     bodies.append(_json(reply))
     with pytest.raises(c.CheckFailed, match="64 tokens generated, none decoded to text"):
         c.chat_reasoning_apart(api)

@@ -131,6 +131,34 @@ def test_the_h200_runs_of_the_gpu_serving_check(run, want):
     assert {k: got[k] for k in want} == want
 
 
+RUNS_2 = "vllm-cuda/h200-runs-2026-12-02"
+
+
+@pytest.mark.parametrize(
+    ("run", "want"),
+    [
+        ("tiny32-eager", {"startup_s": 155.0, "graph_mode": "NONE", "block_size": 160,
+                          "kv_pool_tokens": 24_538_654, "compile_s": None,
+                          "attention_backend": "FLASHINFER"}),
+        ("tiny32-graphs", {"startup_s": 78.0, "compile_s": 42.69, "graph_mode": "PIECEWISE",
+                           "cuda_graph_gib": 0.07, "block_size": 160,
+                           "kv_pool_tokens": 24_619_369}),
+        ("full-mtp", {"load_gib": 17.62, "load_s": 5.46, "compile_s": 84.08, "startup_s": 225.0,
+                      "available_kv_gib": 2.46, "kv_pool_tokens": 56_000, "block_size": 1600,
+                      "graph_mode": "PIECEWISE", "cuda_graph_gib": 0.14}),
+        ("full-nomtp", {"load_gib": 16.83, "startup_s": 121.0, "compile_s": 65.72,
+                        "available_kv_gib": 3.33, "kv_pool_tokens": 99_076, "block_size": 1568,
+                        "graph_mode": "FULL_AND_PIECEWISE", "cuda_graph_gib": 0.51}),
+    ],
+)  # fmt: skip
+def test_the_h200_runs_of_the_shipped_tiny_and_the_full_shape(run, want):
+    """gpu-serve on one H200 at a 24 GiB budget (2026-12-02): the shipped lab/tiny (GDN key =
+    value head dim 32, 8 value heads) eager and with CUDA graphs, and the full-size shape again
+    with a cold compile cache (hence the longer starts than 2026-12-01's)."""
+    got = facts(f"{RUNS_2}/{run}/engine.log").as_dict()
+    assert {k: got[k] for k in want} == want
+
+
 def test_the_refused_start_names_need_availability_and_estimate():
     """262144 tokens with MTP 3 on one 24 GiB budget: refused, with vLLM's own figures."""
     f = facts(f"{RUNS}/full-mtp/engine-refused-262144.log")

@@ -101,6 +101,19 @@ def test_the_tiny_pool_of_the_h200_runs_is_the_arithmetic():
         assert got == pytest.approx(f.kv_pool_tokens, rel=3e-4)
 
 
+def test_the_shipped_tiny_pool_on_the_h200_is_the_arithmetic():
+    """The shipped lab/tiny (8 layers, GDN key = value head dim 32, 8 value heads) as it served
+    on the H200 on 2026-12-02 with MTP 3 at a 24 GiB budget: vLLM raised the block to 160 and
+    pooled 24,538,654 (eager) and 24,619,369 (CUDA graphs) tokens."""
+    kv = layout(TINY, speculative_tokens=3)
+    for run in ("tiny32-eager", "tiny32-graphs"):
+        log = CUDA / "h200-runs-2026-12-02" / run / "engine.log"
+        f = engine_start_facts(log.read_text(encoding="utf-8"))
+        assert kv.block_size == f.block_size == 160
+        got = kv.pool_tokens(f.available_kv_gib * GIB, f.concurrency_tokens)
+        assert got == pytest.approx(f.kv_pool_tokens, rel=3e-4)
+
+
 def h200_run_settings(**changes) -> dict:
     """The settings of the measured runs: one H200 (143,771 MiB) at --gpu-memory-utilization
     0.1709, tensor parallel 1."""

@@ -38,6 +38,7 @@ LOCK = FILES / "requirements.lock"
 SERVER = FILES / "voxcpm_server.py"
 #: The speech server's modules, installed beside it (files/voxcpm): file -> what it holds.
 SERVER_MODULES = {
+    "voxcpm_api.py": "request and error shapes, voices",
     "voxcpm_synth.py": "synthesizers",
     "voxcpm_audio.py": "audio encoding",
     "voxcpm_stream.py": "streamed answers",

@@ -7,7 +7,7 @@ from typing import Any
 
 from roles.comfyui import settings
 from roles.comfyui.paths import UNIT, ComfyuiPaths
-from roles.common.footprint import ServiceFootprint, setting
+from roles.common.footprint import ServiceFootprint, setting_or
 from roles.common.setting import ServiceKeys
 
 
@@ -17,7 +17,7 @@ def vram(data: Any) -> list[tuple[int, float, str]]:
     (comfy/model_management.py of the pinned release), so it is budgeted as taking the card
     minus that reserve; another service on the same GPU must fit inside the reserve. On the CPU
     (``comfyui_cpu``) it takes none."""
-    if setting(data, "comfyui_cpu", False):
+    if setting_or(data, "comfyui_cpu", False):
         return []
     card = float(data.get("nvidia_gpu_vram_gib"))
     reserve = float(data.get("comfyui_reserve_vram_gib"))

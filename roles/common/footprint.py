@@ -160,7 +160,7 @@ def by_mode(services: Iterable[ServiceFootprint], data: Any) -> dict[str, list[s
     return {mode: sorted(s.unit for s in installed if s.mode == mode) for mode in MODES}
 
 
-def setting(data: Mapping[str, Any] | Any, key: str, default: Any) -> Any:
+def setting_or(data: Mapping[str, Any] | Any, key: str, default: Any) -> Any:
     """``data.get(key)``, or ``default`` when it is None (a mapping without the key)."""
     value = data.get(key)
     return default if value is None else value

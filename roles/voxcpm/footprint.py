@@ -5,20 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from roles.common.footprint import ServiceFootprint, setting
+from roles.common.footprint import ServiceFootprint, setting_or
 from roles.common.setting import ServiceKeys
 from roles.voxcpm import settings
 from roles.voxcpm.paths import UNIT, VoxcpmPaths
 
 
 def vram(data: Any) -> list[tuple[int, float, str]]:
-    """VoxCPM2 on GPU ``voxcpm_gpu_index``: ``voxcpm_vram_gib``, the VoxCPM2 role's estimate of
-    all it takes, CUDA context included (inventory/group_data/all.py gives its source); none
-    when the setting is not given."""
+    """VoxCPM2 on GPU ``voxcpm_gpu_index``: ``voxcpm_vram_gib``, the estimate of all it takes,
+    CUDA context included (shipped 8.0: voxcpm 2.0.3's README "VRAM ~8 GB" for VoxCPM2 on an
+    RTX 4090, 7.45 GiB, plus ~0.5 GiB CUDA context, rounded up; inventory/group_data/all.py);
+    none when the setting is not given."""
     gib = data.get("voxcpm_vram_gib")
     if gib is None:
         return []
-    gpu = int(setting(data, "voxcpm_gpu_index", 0))
+    gpu = int(setting_or(data, "voxcpm_gpu_index", 0))
     return [(gpu, float(gib), "voxcpm_vram_gib estimate")]
 
 

@@ -4,8 +4,9 @@ Each role declares its settings once, as a typed class in ``roles/<role>/setting
 type, check and, for a managed service flag, the flag: roles.common.setting), from which its
 ``SETTINGS``, ``RULES`` and ``OPTIONAL`` derive, and holds its rules over several keys
 (``consistency``). This module sits above the roles: it gathers their declarations, adds the
-rules that span roles (tensor parallel vs declared GPUs, GPU indexes, ports, directories, the
-per-GPU VRAM budget of each mode) and refuses every key that is neither a setting nor pyinfra's
+rules that span roles (tensor parallel vs declared GPUs, directories, and over the GPU
+services' footprints of roles/services.py: ports, model manifests, GPU indexes and the per-GPU
+VRAM budget of each mode) and refuses every key that is neither a setting nor pyinfra's
 own. A deploy file calls :func:`host_settings` once and hands the result to every role it runs.
 
 The rules are pure: :func:`validate` takes a mapping (a pyinfra ``host.data`` or a plain dict) and
@@ -22,10 +23,9 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 
+from roles import services as registry
 from roles.base import settings as base_settings
-from roles.comfyui import settings as comfyui_settings
-from roles.common import diagnosis
-from roles.common.checks import Check, contains
+from roles.common.checks import Check
 from roles.common.converge import hold_converge_lock
 from roles.common.pyinfra_keys import is_pyinfra_key, pyinfra_keys
 from roles.common.setting import Checked, RuleOver, Setting, each_rule, optional, rules
@@ -35,11 +35,6 @@ from roles.model.manifest import ManifestError, load_manifest
 from roles.modes import settings as modes_settings
 from roles.modes.budget import budget_problems
 from roles.nvidia import settings as nvidia_settings
-from roles.vllm import combinations
-from roles.vllm import settings as vllm_settings
-from roles.vllm.kv_budget import kv_fit_problems
-from roles.vllm.settings import KV_CACHE_MIN_COMPUTE_CAPABILITY
-from roles.voxcpm import settings as voxcpm_settings
 
 __all__ = [
     "RULES",
@@ -55,20 +50,28 @@ class SettingsError(DeployError):
     """Raised when settings are invalid; the message lists every bad key with the reason."""
 
 
-#: Every role's settings module, in the order of deploys/full.py.
-ROLE_SETTINGS: tuple[ModuleType, ...] = (
-    base_settings,
-    nvidia_settings,
-    model_settings,
-    vllm_settings,
-    voxcpm_settings,
-    comfyui_settings,
-    modes_settings,
-    doctor_settings,
-)
+def role_settings() -> tuple[ModuleType, ...]:
+    """Every role's settings module, in the order of deploys/full.py: the GPU services' from
+    their footprints (roles/services.py), read at each call."""
+    services = (s.settings for s in registry.SERVICES)
+    return (
+        base_settings,
+        nvidia_settings,
+        model_settings,
+        *services,
+        modes_settings,
+        doctor_settings,
+    )
 
-#: Every setting, as its role declares it (roles/<role>/settings.py ``SETTINGS``).
-SETTINGS: tuple[Setting, ...] = tuple(s for m in ROLE_SETTINGS for s in m.SETTINGS)
+
+def declarations() -> tuple[Setting, ...]:
+    """Every setting, as its role declares it (roles/<role>/settings.py ``SETTINGS``)."""
+    return tuple(s for m in role_settings() for s in m.SETTINGS)
+
+
+#: The roles' settings modules, every setting, its check, the optional ones (as registered now)
+ROLE_SETTINGS: tuple[ModuleType, ...] = role_settings()
+SETTINGS: tuple[Setting, ...] = declarations()
 RULES: dict[str, Check] = rules(SETTINGS)
 OPTIONAL_KEYS: tuple[str, ...] = optional(SETTINGS)
 
@@ -76,15 +79,16 @@ OPTIONAL_KEYS: tuple[str, ...] = optional(SETTINGS)
 TOOLING_KEYS: tuple[str, ...] = ()
 
 
-def unknown_keys(keys: set[str]) -> list[str]:
+def unknown_keys(keys: set[str], known_settings: Mapping[str, Check] | None = None) -> list[str]:
     """Problems for keys that are neither a rigup setting nor pyinfra's own
     (:func:`roles.common.pyinfra_keys.pyinfra_keys`), whatever their name, with the likely
     intended key among both: ``["vlm_host: not a rigup setting (did you mean vllm_host?); ..."]``,
     ``["ssh_prot: not a rigup setting (did you mean ssh_port?); ..."]``."""
+    settings = RULES if known_settings is None else known_settings
     problems = []
-    known = [*RULES, *sorted(pyinfra_keys())]
+    known = [*settings, *sorted(pyinfra_keys())]
     for key in sorted(keys):
-        if key in RULES or key in TOOLING_KEYS or is_pyinfra_key(key):
+        if key in settings or key in TOOLING_KEYS or is_pyinfra_key(key):
             continue
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
@@ -94,110 +98,46 @@ def unknown_keys(keys: set[str]) -> list[str]:
     return problems
 
 
-def tensor_parallel_fits_gpus(values: Mapping[str, Any]) -> list[str]:
-    """One declared GPU per tensor-parallel shard (a host declaring 0 GPUs starts nothing)."""
-    gpus, tp = values["nvidia_gpu_count"], values["vllm_tensor_parallel_size"]
-    if gpus > 0 and tp > gpus:
-        return [
-            f"vllm_tensor_parallel_size: {tp} is more than the {gpus} GPU(s) this host declares "
-            "(nvidia_gpu_count); tensor parallel needs one GPU per shard"
-        ]
-    return []
-
-
-def speech_gpu_exists(values: Mapping[str, Any]) -> list[str]:
-    """VoxCPM2's GPU index is one of the declared GPUs."""
-    gpus, index = values["nvidia_gpu_count"], values["voxcpm_gpu_index"]
-    if values["voxcpm_install"] and gpus > 0 and index >= gpus:
-        return [
-            f"voxcpm_gpu_index: GPU {index} does not exist on a host that declares {gpus} GPU(s) "
-            f"(nvidia_gpu_count); use 0..{gpus - 1}"
-        ]
-    return []
-
-
 def ports_distinct(values: Mapping[str, Any]) -> list[str]:
-    """Each installed service listens on a port of its own."""
+    """Each installed GPU service (roles/services.py) listens on a port of its own."""
     ports: dict[int, list[str]] = {}
-    for key, installed in (
-        ("vllm_port", True),
-        ("voxcpm_port", values["voxcpm_install"]),
-        ("comfyui_port", values["comfyui_install"]),
-    ):
-        if installed:
-            ports.setdefault(values[key], []).append(key)
+    for service in registry.SERVICES:
+        if service.installed(values):
+            ports.setdefault(values[service.keys.port], []).append(service.keys.port)
     return [
-        f"{keys[1]}: {port} is {' and '.join(keys[:-1])} too; give each service its own port"
+        f"{keys[-1]}: {port} is {' and '.join(keys[:-1])} too; give each service its own port"
         for port, keys in sorted(ports.items())
         if len(keys) > 1
     ]
 
 
 def manifests_fit_locks(values: Mapping[str, Any]) -> list[str]:
-    """Every installed service's model manifests load with their locks (from model_lock_dir)."""
+    """Every installed service's model manifests (its footprint's ``manifest_keys``) load with
+    their locks (from model_lock_dir)."""
     problems = []
-    manifests = [("model_llm_manifest", [values["model_llm_manifest"]])]
-    if values["voxcpm_install"]:
-        manifests.append(("voxcpm_model_manifest", [values["voxcpm_model_manifest"]]))
-    if values["comfyui_install"]:
-        manifests.append(("comfyui_models", list(values["comfyui_models"])))
-    for key, refs in manifests:
-        for ref in refs:
-            try:
-                load_manifest(ref, values["model_lock_dir"])
-            except ManifestError as exc:  # a lock that does not fit its manifest
-                problems.append(f"{key}: {' '.join(str(exc).split())}")
+    for service in registry.SERVICES:
+        for key, refs in service.manifests(values):
+            for ref in refs:
+                try:
+                    load_manifest(ref, values["model_lock_dir"])
+                except ManifestError as exc:  # a lock that does not fit its manifest
+                    problems.append(f"{key}: {' '.join(str(exc).split())}")
     return problems
 
 
-def comfyui_base_dir_apart(values: Mapping[str, Any]) -> list[str]:
-    """ComfyUI's base directory (user outputs) neither inside nor around rigup's own trees."""
-    base = values["comfyui_base_dir"]
-    return [
-        f"comfyui_base_dir: must be a directory of its own (it holds user outputs), not "
-        f"inside or around {key} ({values[key]})"
-        for key in ("model_store_dir", "rigup_prefix", "rigup_state_dir", "rigup_etc_dir")
-        if contains(base, values[key]) or contains(values[key], base)
-    ]
-
-
-def _capability(value: str) -> tuple[int, int]:
-    major, _, minor = value.partition(".")
-    return int(major), int(minor or 0)
-
-
-def gpu_capability(values: Mapping[str, Any]) -> list[str]:
-    """What the vLLM settings ask of the GPUs against their compute capability
-    (``nvidia_gpu_compute_capability``, checked against nvidia-smi by the NVIDIA layer)."""
-    capability = values["nvidia_gpu_compute_capability"]
-    dtype = values["vllm_kv_cache_dtype"]
-    need = KV_CACHE_MIN_COMPUTE_CAPABILITY.get(dtype)
-    if need and _capability(capability) < need:
-        # what vLLM would say at start-up, in the diagnosis library's words
-        sig = diagnosis.by_id("vllm-kv-dtype/fp8e4nv", "vllm-log")
-        return [
-            f"vllm_kv_cache_dtype: {dtype} (FP8 E4M3) needs compute capability "
-            f"{need[0]}.{need[1]} or newer and these GPUs are {capability} "
-            f"(nvidia_gpu_compute_capability): vLLM would die at start-up: {sig.why}. "
-            f"Fix: {sig.fix}"
-        ]
-    return []
-
-
-#: The rules over several settings, each run on its own over the settings that passed their own
-#: checks (roles.common.setting.each_rule): every role's ``consistency``, then those spanning roles.
-ACROSS: tuple[RuleOver, ...] = (
-    *(m.consistency for m in ROLE_SETTINGS),
-    tensor_parallel_fits_gpus,
-    speech_gpu_exists,
-    ports_distinct,
-    manifests_fit_locks,
-    comfyui_base_dir_apart,
-    gpu_capability,
-    budget_problems,
-    kv_fit_problems,
-    combinations.problems,
-)
+#: The rules over several settings (:func:`across`) each run on its own over the settings that
+#: passed their own checks (roles.common.setting.each_rule).
+def across() -> tuple[RuleOver, ...]:
+    """Every role's ``consistency``, then each GPU service's rules over other roles' settings
+    (its footprint's ``rules``), then those over every service: ports, model manifests and the
+    VRAM budget with the GPU indexes."""
+    return (
+        *(m.consistency for m in role_settings()),
+        *(rule for s in registry.SERVICES for rule in s.rules),
+        ports_distinct,
+        manifests_fit_locks,
+        budget_problems,
+    )
 
 
 def validate(data: Mapping[str, Any] | Any) -> list[str]:
@@ -209,12 +149,14 @@ def validate(data: Mapping[str, Any] | Any) -> list[str]:
     run is listed: a value's own check, a key that is no setting, and each rule over several
     keys whose keys all passed their own checks.
     """
+    declared = declarations()
+    checks, optional_keys = rules(declared), optional(declared)
     values: dict[str, Any] = {}
     problems: list[str] = []
-    for key, check in RULES.items():
+    for key, check in checks.items():
         value = data.get(key)
         if value is None:
-            if key not in OPTIONAL_KEYS:
+            if key not in optional_keys:
                 problems.append(f"{key}: missing (set it in inventory/group_data/all.py)")
             else:
                 values[key] = None
@@ -225,8 +167,8 @@ def validate(data: Mapping[str, Any] | Any) -> list[str]:
         else:
             values[key] = value
     keys = set(data.dict() if hasattr(data, "dict") else data)
-    problems.extend(unknown_keys(keys))
-    problems.extend(each_rule(Checked(values), ACROSS))
+    problems.extend(unknown_keys(keys, checks))
+    problems.extend(each_rule(Checked(values), across()))
     return problems
 
 

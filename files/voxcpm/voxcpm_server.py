@@ -51,8 +51,9 @@ say which synthesizer answered (``"synthesizer"``, header ``X-Synthesizer``).
 Either way the model directory is checked at start: ``config.json`` must say
 ``"architecture": "voxcpm2"`` (how voxcpm 2.0.3 picks VoxCPM2Model); otherwise exit 2.
 
-The synthesizers are in voxcpm_synth.py, the audio encoding in voxcpm_audio.py and the
-streamed answer in voxcpm_stream.py, installed beside this script.
+The request and error shapes and the voices are in voxcpm_api.py, the synthesizers in
+voxcpm_synth.py, the audio encoding in voxcpm_audio.py and the streamed answer in
+voxcpm_stream.py, installed beside this script.
 """
 
 from __future__ import annotations
@@ -61,24 +62,37 @@ import argparse
 import json
 import logging
 import os
-import re
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # imported by its path (tests): its modules are beside it
     sys.path.insert(0, _HERE)
 
+from voxcpm_api import (  # noqa: E402  # noqa: E402
+    DEFAULT_VOICE,
+    OPENAI_VOICES,
+    ApiError,
+    SpeechRequest,
+    VoiceId,
+    alias_problems,
+    check_request,
+    error_body,
+    resolve_voice,
+    speech_text,
+    validation_error,
+    voice_files,
+)
+from voxcpm_api import MAX_INPUT_CHARS as MAX_INPUT_CHARS  # noqa: E402
+from voxcpm_api import VOICE_NAME as VOICE_NAME  # noqa: E402
 from voxcpm_audio import FORMATS  # noqa: E402
 from voxcpm_audio import PCM_SAMPLE_RATE as PCM_SAMPLE_RATE  # noqa: E402
 from voxcpm_audio import mono_float as mono_float  # noqa: E402
@@ -88,61 +102,11 @@ from voxcpm_synth import Synthesizer, ToneTestDouble, VoxCPM2Synthesizer  # noqa
 
 log = logging.getLogger("voxcpm_server")
 
-#: OpenAI's limit for ``input`` of /v1/audio/speech (API reference, createSpeech).
-MAX_INPUT_CHARS = 4096
 #: voxcpm 2.0.3 reads ``architecture`` from config.json to choose VoxCPM2Model (voxcpm/core.py).
 VOXCPM2_ARCHITECTURE = "voxcpm2"
-VOICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-DEFAULT_VOICE = "default"
-#: The voice names of OpenAI's speech API (openai 3.57.0, types/audio/speech_create_params.py).
-#: rigup's settings rule for ``voxcpm_voice_aliases`` reads this tuple from this file.
-OPENAI_VOICES = (
-    "alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
-    "verse", "marin", "cedar",
-)  # fmt: skip
-#: OpenAI's response formats, in the order its API reference lists them; mp3 is its default.
-ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
-DEFAULT_RESPONSE_FORMAT = "mp3"
 EXIT_BAD_MODEL_DIR = 2
 EXIT_BAD_ARGUMENTS = 2
 EXIT_LOAD_FAILED = 3
-
-
-class ApiError(Exception):
-    """An error answered in OpenAI's shape."""
-
-    def __init__(
-        self, status: int, message: str, *, param: str | None = None, code: str | None = None
-    ):
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-
-
-def error_body(status: int, message: str, param: str | None = None, code: str | None = None):
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
-class VoiceId(BaseModel):
-    """OpenAI's custom-voice object ``{"id": "..."}``: here the name of a voice."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-
-
-class SpeechRequest(BaseModel):
-    """Body of ``POST /v1/audio/speech`` (OpenAI's fields; unknown fields are refused)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    model: str | None = None
-    input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
-    voice: str | VoiceId = DEFAULT_VOICE
-    instructions: str | None = Field(default=None, max_length=MAX_INPUT_CHARS)
-    response_format: ResponseFormat = DEFAULT_RESPONSE_FORMAT
-    speed: float = Field(default=1.0, ge=0.25, le=4.0)
-    stream_format: Literal["audio"] | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -206,59 +170,10 @@ class Settings:
     voice_aliases: dict[str, str] = field(default_factory=dict)
 
 
-def alias_problems(aliases: dict[str, str]) -> list[str]:
-    """Why ``aliases`` (OpenAI voice name -> voice) cannot be served; empty when it can."""
-    problems = []
-    for name, voice in aliases.items():
-        if name not in OPENAI_VOICES:
-            problems.append(f"{name!r} is not one of OpenAI's voices ({', '.join(OPENAI_VOICES)})")
-        if not isinstance(voice, str) or not VOICE_NAME.match(voice):
-            problems.append(f"{name!r} maps to {voice!r}, not a voice name")
-    return problems
-
-
-def resolve_voice(
-    requested: str, aliases: dict[str, str], recordings: dict[str, str]
-) -> tuple[str, str | None]:
-    """``(voice, reference recording or None)`` for the ``voice`` of a request.
-
-    In order: an OpenAI voice name mapped in ``aliases`` is its voice; ``"default"`` is the
-    model's own voice; a name in ``recordings`` (name -> <voices-dir>/<name>.wav) is that
-    recording; an OpenAI voice name neither mapped nor recorded is the default voice. Anything
-    else is an :class:`ApiError` (400) listing what there is.
-    """
-    voice = aliases.get(requested, requested) if requested in OPENAI_VOICES else requested
-    if voice == DEFAULT_VOICE:
-        return DEFAULT_VOICE, None
-    if not VOICE_NAME.match(voice):
-        raise ApiError(400, f"voice: invalid voice name {voice!r}", param="voice")
-    if voice in recordings:
-        return voice, recordings[voice]
-    if requested in aliases:
-        raise ApiError(
-            400,
-            f"voice: {requested!r} is mapped to {voice!r} on this server (voice aliases), but "
-            f"there is no recording {voice}.wav in the voices directory "
-            f"(voices: {', '.join([DEFAULT_VOICE, *recordings])})",
-            param="voice",
-        )
-    if voice in OPENAI_VOICES:
-        return DEFAULT_VOICE, None
-    known = ", ".join([DEFAULT_VOICE, *recordings])
-    raise ApiError(
-        400,
-        f"voice: unknown voice {voice!r} (voices: {known}; OpenAI's voice names "
-        f"{', '.join(OPENAI_VOICES)} are accepted as well)",
-        param="voice",
-    )
-
-
-def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_background=True):
-    """The FastAPI app. ``load_in_background``: start loading the synthesizer in a thread when
-    the app starts (the service); tests may call ``app.state.load()`` themselves."""
-    state = ServiceState()
-    generate_lock = threading.Lock()  # one synthesis at a time on the GPU
-    on_load_failure: list = []  # callbacks (the CLI stops the server: exit EXIT_LOAD_FAILED)
+def loader(state: ServiceState, synthesizer: Synthesizer, on_load_failure: list):
+    """The function that loads ``synthesizer`` once, recording in ``state`` "ready" with the
+    seconds it took, or "failed" with the error (logged) and then calling each of
+    ``on_load_failure`` (the CLI's stops the server: exit EXIT_LOAD_FAILED)."""
 
     def load() -> None:
         started = time.monotonic()
@@ -274,15 +189,12 @@ def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_backgrou
         state.status = "ready"
         log.info("%s synthesizer ready in %.1f s", synthesizer.name, state.load_seconds)
 
-    async def lifespan(app):
-        if load_in_background:
-            threading.Thread(target=load, name="load-synthesizer", daemon=True).start()
-        yield
+    return load
 
-    app = FastAPI(title="rigup VoxCPM2 speech server", lifespan=lifespan)
-    app.state.load = load
-    app.state.service = state
-    app.state.on_load_failure = on_load_failure
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Every error in OpenAI's shape: rigup's :class:`ApiError` (503 with Retry-After), a
+    request that fails validation (400), and Starlette's own (404 of an unknown path, ...)."""
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):
@@ -293,29 +205,39 @@ def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_backgrou
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
-        first = exc.errors()[0] if exc.errors() else {}
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        param = loc[0] if loc else None
-        message = first.get("msg", "invalid request")
-        if param == "voice":  # the union str | {"id": str} reports each alternative
-            message = 'voice: must be a voice name or an object {"id": "<voice name>"}'
-        elif first.get("type") == "extra_forbidden":
-            message = f"unknown field {param!r} (fields: {', '.join(SpeechRequest.model_fields)})"
-        elif first.get("type") == "json_invalid":
-            message = "the request body is not valid JSON"
-        elif first.get("type") == "literal_error":
-            expected = first.get("ctx", {}).get("expected", "")
-            message = f"{param}: {first.get('input')!r} is not supported; use {expected}"
-        elif param:
-            message = f"{param}: {message}"
-        return JSONResponse(error_body(400, message, param, first.get("type")), 400)
+        message, param, code = validation_error(exc.errors())
+        return JSONResponse(error_body(400, message, param, code), 400)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         return JSONResponse(error_body(exc.status_code, str(exc.detail)), exc.status_code)
 
-    def readiness() -> dict:
-        return {
+
+def require_ready(state: ServiceState) -> None:
+    """Raise :class:`ApiError` 503 (``model_loading`` or ``model_failed``, with the error)
+    until the synthesizer is loaded."""
+    if state.status == "ready":
+        return
+    why = (
+        f"the model failed to load: {state.error}"
+        if state.status == "failed"
+        else "the model is still loading; retry later"
+    )
+    raise ApiError(503, why, code=f"model_{state.status}")
+
+
+def add_status_routes(
+    app: FastAPI, settings: Settings, synthesizer: Synthesizer, state: ServiceState
+) -> None:
+    """``GET /health``, ``/ready``, ``/v1/models`` and ``/v1/audio/voices``."""
+
+    @app.get("/health")
+    def health():
+        return {"status": "ok", "synthesizer": synthesizer.name}
+
+    @app.get("/ready")
+    def ready():
+        body = {
             "status": state.status,
             "synthesizer": synthesizer.name,
             "model": settings.served_model_name,
@@ -325,14 +247,6 @@ def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_backgrou
             "error": state.error,
             "pid": os.getpid(),  # the unit's readiness check matches it against $MAINPID
         }
-
-    @app.get("/health")
-    def health():
-        return {"status": "ok", "synthesizer": synthesizer.name}
-
-    @app.get("/ready")
-    def ready():
-        body = readiness()
         return JSONResponse(body, 200 if state.status == "ready" else 503)
 
     @app.get("/v1/models")
@@ -342,17 +256,9 @@ def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_backgrou
             "data": [{"id": settings.served_model_name, "object": "model", "owned_by": "rigup"}],
         }
 
-    def voice_files() -> dict[str, str]:
-        if not settings.voices_dir:
-            return {}
-        root = Path(settings.voices_dir)
-        if not root.is_dir():
-            return {}
-        return {p.stem: str(p) for p in sorted(root.glob("*.wav")) if VOICE_NAME.match(p.stem)}
-
     @app.get("/v1/audio/voices")
     def voices():
-        recordings = voice_files()
+        recordings = voice_files(settings.voices_dir)
         openai: dict[str, str | None] = {}
         for name in OPENAI_VOICES:
             try:
@@ -364,46 +270,23 @@ def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_backgrou
             "openai_voices": openai,
         }
 
+
+def add_speech_route(
+    app: FastAPI, settings: Settings, synthesizer: Synthesizer, state: ServiceState
+) -> None:
+    """``POST /v1/audio/speech``: one synthesis at a time on the GPU, streamed as it is
+    encoded (:class:`SpeechStream`), an error answer when no audio could be made."""
+    generate_lock = threading.Lock()
+
     @app.post("/v1/audio/speech")
     def speech(body: SpeechRequest):
-        if body.model is not None and body.model != settings.served_model_name:
-            raise ApiError(
-                404,
-                f"model {body.model!r} is not served here; this server serves "
-                f"{settings.served_model_name!r}",
-                param="model",
-                code="model_not_found",
-            )
-        if not body.input.strip():
-            raise ApiError(400, "input: must contain text, not only whitespace", param="input")
-        if body.speed != 1.0:
-            raise ApiError(
-                400,
-                f"speed: VoxCPM2 has no speed control, only 1.0 is accepted (got {body.speed}); "
-                "ask for a pace in 'instructions' instead, e.g. 'slightly faster'",
-                param="speed",
-            )
+        check_request(body, settings.served_model_name)
         requested = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
-        voice, reference = resolve_voice(requested, settings.voice_aliases, voice_files())
-        text = body.input
-        if body.instructions:
-            if any(c in body.instructions for c in "()"):
-                raise ApiError(
-                    400,
-                    "instructions: must not contain parentheses (VoxCPM2 reads the "
-                    "description between them)",
-                    param="instructions",
-                )
-            text = f"({body.instructions.strip()}){text}"
-        if state.status != "ready":
-            status = 503
-            why = (
-                f"the model failed to load: {state.error}"
-                if state.status == "failed"
-                else "the model is still loading; retry later"
-            )
-            raise ApiError(status, why, code=f"model_{state.status}")
-
+        voice, reference = resolve_voice(
+            requested, settings.voice_aliases, voice_files(settings.voices_dir)
+        )
+        text = speech_text(body)
+        require_ready(state)
         stream = SpeechStream(synthesizer, generate_lock, text, reference, body.response_format)
         try:
             first = stream.start()
@@ -420,6 +303,26 @@ def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_backgrou
             },
         )
 
+
+def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_background=True):
+    """The FastAPI app. ``load_in_background``: start loading the synthesizer in a thread when
+    the app starts (the service); tests may call ``app.state.load()`` themselves."""
+    state = ServiceState()
+    on_load_failure: list = []  # callbacks (the CLI stops the server: exit EXIT_LOAD_FAILED)
+    load = loader(state, synthesizer, on_load_failure)
+
+    async def lifespan(app):
+        if load_in_background:
+            threading.Thread(target=load, name="load-synthesizer", daemon=True).start()
+        yield
+
+    app = FastAPI(title="rigup VoxCPM2 speech server", lifespan=lifespan)
+    app.state.load = load
+    app.state.service = state
+    app.state.on_load_failure = on_load_failure
+    add_error_handlers(app)
+    add_status_routes(app, settings, synthesizer, state)
+    add_speech_route(app, settings, synthesizer, state)
     return app
 
 

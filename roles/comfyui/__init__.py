@@ -29,15 +29,14 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt
 
 from roles.comfyui.flags import exec_start, main_args, service_env
-from roles.comfyui.paths import BASE_SUBDIRS, UNIT, ComfyuiPaths
+from roles.comfyui.footprint import FOOTPRINT
+from roles.comfyui.paths import BASE_SUBDIRS, ComfyuiPaths
 from roles.comfyui.release import release_of, release_source
-from roles.comfyui.settings import SERVICE_KEYS, ComfyuiSettings
+from roles.comfyui.settings import ComfyuiSettings
 from roles.common.operations import fingerprint
 from roles.common.service import GpuService, ServiceSpec
 from roles.model import ModelStore, link_model_files
-from roles.modes import gpu_hold_back_reason
-from roles.modes.budget import service_mode
-from roles.nvidia.layer import NvidiaLayer
+from roles.nvidia.layer import NvidiaLayer, gpu_hold_back_reason
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "comfyui"
 
@@ -52,15 +51,11 @@ def service_spec(settings: Any) -> ServiceSpec:
     return ServiceSpec.of(
         settings,
         d,
-        SERVICE_KEYS,
-        **service_mode(UNIT),
-        role="roles/comfyui",
-        component="ComfyUI",
+        FOOTPRINT,
         env=service_env(settings),
         description=f"{release_of(settings).label} (rigup media mode)",
         documentation="https://docs.comfy.org/",
         exec_start=exec_start(settings),
-        ready_path="/system_stats",
         read_write_paths=(d.base,),
         working_directory=d.base,
         stop_timeout_s=30,

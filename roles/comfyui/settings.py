@@ -15,6 +15,7 @@ from roles.common.checks import (
     Check,
     abs_path_or_empty,
     boolean,
+    contains,
     env_mapping,
     flag_clashes,
     git_source,
@@ -28,7 +29,6 @@ from roles.common.checks import (
     str_list,
 )
 from roles.common.setting import (
-    ServiceKeys,
     Setting,
     TypedSettings,
     declared,
@@ -98,13 +98,6 @@ class ComfyuiSettings(TypedSettings):
 SETTINGS: tuple[Setting, ...] = declared(ComfyuiSettings)
 
 RULES: dict[str, Check] = rules(SETTINGS)
-#: The settings of comfyui.service's account, bind address, port and start timeout.
-SERVICE_KEYS = ServiceKeys(
-    user="comfyui_user",
-    host="comfyui_host",
-    port="comfyui_port",
-    start_timeout_s="comfyui_start_timeout_s",
-)
 OPTIONAL: tuple[str, ...] = optional(SETTINGS)
 
 
@@ -185,6 +178,17 @@ CONSISTENCY = (
     network_needs_opt_in,
     extra_args_allowed,
 )
+
+
+def comfyui_base_dir_apart(values: Mapping[str, Any]) -> list[str]:
+    """ComfyUI's base directory (user outputs) neither inside nor around rigup's own trees."""
+    base = values["comfyui_base_dir"]
+    return [
+        f"comfyui_base_dir: must be a directory of its own (it holds user outputs), not "
+        f"inside or around {key} ({values[key]})"
+        for key in ("model_store_dir", "rigup_prefix", "rigup_state_dir", "rigup_etc_dir")
+        if contains(base, values[key]) or contains(values[key], base)
+    ]
 
 
 def consistency(values: Mapping[str, Any]) -> list[str]:

@@ -29,10 +29,10 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from roles.common.facts import ListeningSockets, UnitState
+from roles.common.footprint import ServiceFootprint
 from roles.common.libraries import host_library
 from roles.common.operations import check_passes, secret_file
 from roles.common.paths import Layout, ServicePaths
-from roles.common.setting import ServiceKeys
 from roles.common.urls import is_loopback, local_probe_url, port_holders
 from roles.common.venv import LockedVenv, locked_venv
 
@@ -111,14 +111,20 @@ class ServiceSpec:
 
     @classmethod
     def of(
-        cls, settings: Any, paths: ServicePaths, keys: ServiceKeys, **differs: Any
+        cls, settings: Any, paths: ServicePaths, footprint: ServiceFootprint, **differs: Any
     ) -> ServiceSpec:
-        """The spec of the service whose paths are ``paths`` (``<name>.service``), its account,
-        bind address, port and start timeout read from the settings ``keys`` names (the role's
-        ``SERVICE_KEYS``); ``differs`` gives the rest."""
-        name = paths.unit.rsplit("/", 1)[-1].removesuffix(".service")
+        """The spec of the service ``footprint`` declares (roles/<role>/footprint.py): its unit,
+        role, component, mode and readiness probe from there, its account, bind address, port
+        and start timeout read from the settings its ``keys`` name, its directories from
+        ``paths``; ``differs`` gives the rest."""
+        keys = footprint.keys
         return cls(
-            unit=f"{name}.service",
+            unit=footprint.unit,
+            role=footprint.role,
+            component=footprint.component,
+            mode=footprint.mode,
+            target=footprint.target,
+            ready_path=footprint.ready_path,
             user=settings.get(keys.user),
             home=paths.home,
             env_file=paths.env_file,

@@ -8,18 +8,17 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from roles.comfyui.paths import ComfyuiPaths
+from roles import services as registry
+from roles.common.footprint import MODES
 from roles.common.paths import Layout
 from roles.common.urls import local_probe_url
 from roles.doctor.paths import ARM_DROPIN, DoctorPaths
 from roles.doctor.settings import arm_problems
 from roles.model.paths import ModelPaths
 from roles.modes import mode_services
-from roles.modes.budget import MODES
 from roles.nvidia.paths import NvidiaPaths
-from roles.vllm import MISLABELLED, served_args, service_spec
+from roles.vllm import served_args, service_spec
 from roles.vllm.paths import VllmPaths
-from roles.voxcpm.paths import VoxcpmPaths
 
 
 class Overlay:
@@ -45,16 +44,20 @@ class Overlay:
 def venvs(data: Any) -> list[dict[str, Any]]:
     """Every locked venv on the host: ``{"name", "python", "lock", "deploy"}`` (and the
     distributions uv reinstalls at every sync, ``mislabelled``: not a difference from the lock,
-    roles/common/facts.py UvSyncPending)."""
-
+    roles/common/facts.py UvSyncPending): each installed GPU service's (roles/services.py),
+    then the model tool's and the CUDA toolkit's."""
     npaths = NvidiaPaths.from_data(data)
     found = [
         {
-            "name": "vLLM",
-            **_venv(VllmPaths.from_data(data)),
-            "deploy": "deploys/vllm.py",
-            "mislabelled": list(MISLABELLED[data.get("vllm_device")]),
-        },
+            "name": s.component,
+            **_venv(s.paths.from_data(data)),
+            "deploy": s.deploy,
+            "mislabelled": list(s.mislabelled(data)),
+        }
+        for s in registry.SERVICES
+        if s.installed(data)
+    ]
+    found += [
         {"name": "model tool", **_venv(ModelPaths.from_data(data)), "deploy": "deploys/model.py"},
         {
             "name": "CUDA toolkit",
@@ -63,18 +66,6 @@ def venvs(data: Any) -> list[dict[str, Any]]:
             "deploy": "deploys/nvidia.py",
         },
     ]
-    if data.get("voxcpm_install"):
-        found.append(
-            {"name": "VoxCPM2", **_venv(VoxcpmPaths.from_data(data)), "deploy": "deploys/voxcpm.py"}
-        )
-    if data.get("comfyui_install"):
-        found.append(
-            {
-                "name": "ComfyUI",
-                **_venv(ComfyuiPaths.from_data(data)),
-                "deploy": "deploys/comfyui.py",
-            }
-        )
     return found
 
 

@@ -46,7 +46,6 @@ __all__ = [
     "ManifestError",
     "ModelStore",
     "PlacedModel",
-    "host_manifests",
     "link_model_files",
     "model",
     "model_backup",
@@ -79,17 +78,6 @@ def placed_path(data: Any, manifest: str) -> str:
     """Absolute directory of the placed model ``manifest`` for settings ``data`` (host.data or a
     dict), without planning anything. Raises :class:`ManifestError` for a bad manifest."""
     return store_path(str(data.get("model_store_dir")), load_manifest(manifest))
-
-
-def host_manifests(data: Any) -> list[str]:
-    """The manifests the settings ``data`` place on a host: the LLM's, VoxCPM2's (when
-    installed) and ComfyUI's (when installed)."""
-    out = [data.get("model_llm_manifest")]
-    if data.get("voxcpm_install"):
-        out.append(data.get("voxcpm_model_manifest"))
-    if data.get("comfyui_install"):
-        out.extend(data.get("comfyui_models"))
-    return list(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)

@@ -2,15 +2,17 @@
 
 vLLM at tensor parallel 2 fills both 24 GB cards, so the rig runs either the LLM mode
 (``rigup-llm.target``: vllm.service) or the media mode (``rigup-media.target``: comfyui.service,
-voxcpm.service). The targets conflict, so starting one stops the other and, through each
-service's ``PartOf=``, its services, before the new mode's services start. Each service unit is
-``WantedBy=`` its mode's target; a service is *enabled* (linked into its target) only on a host
-where it can run, so on a host without GPUs or NVIDIA driver the targets still switch for real
-while the GPU services stay installed and stopped.
+voxcpm.service); each service's footprint (roles/services.py) names its mode. The targets
+conflict, so starting one stops the other and, through each service's ``PartOf=``, its
+services, before the new mode's services start. Each service unit is ``WantedBy=`` its mode's
+target; a service is *enabled* (linked into its target) only on a host where it can run, so on
+a host without GPUs or NVIDIA driver the targets still switch for real while the GPU services
+stay installed and stopped.
 
 Settings: rigup_mode (the mode at boot and after a fresh deploy), nvidia_gpu_vram_gib,
-cuda_context_gib and each service's share (roles/modes/budget.py). The budget is checked with
-the other settings, before any change (roles/common/settings.py).
+cuda_context_gib and each service's share (its footprint's VRAM formula; roles/modes/budget.py
+adds them up). The budget is checked with the other settings, before any change
+(roles/settings.py).
 
 Switch with ``rigup-mode llm|media`` (files/modes/rigup-mode.j2); ``rigup-mode`` alone shows the
 mode and its services.
@@ -26,10 +28,11 @@ from pyinfra.api import FactBase, deploy, operation
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
+from roles import services as registry
+from roles.common.footprint import MODES, by_mode
 from roles.common.paths import Layout
 from roles.common.service import rigup_start
-from roles.modes.budget import MODES, SERVICE_MODES, budget_report
-from roles.nvidia.layer import NvidiaLayer, driver_usable, hold_back_reason, observed_layer
+from roles.modes.budget import budget_report
 
 FILES = Path(__file__).resolve().parents[2] / "files"
 UNIT_DIR = "/etc/systemd/system"
@@ -38,36 +41,9 @@ COMMAND_LINK = "/usr/local/sbin/rigup-mode"
 
 
 def mode_services(data) -> dict[str, list[str]]:
-    """Services installed on this host per mode: ``{"llm": ["vllm.service"], "media": [...]}``.
-
-    ComfyUI counts when ``comfyui_install`` is true, VoxCPM2 when ``voxcpm_install`` is.
-    """
-    installed = {
-        "vllm.service": True,
-        "comfyui.service": bool(data.get("comfyui_install")),
-        "voxcpm.service": bool(data.get("voxcpm_install")),
-    }
-    return {
-        mode: [s for s, m in SERVICE_MODES.items() if m == mode and installed[s]] for mode in MODES
-    }
-
-
-def gpu_blocker(data, has_driver: bool) -> str | None:
-    """Why a GPU service cannot run on a host, or None when it can: the one answer every GPU
-    service role and testinfra use. Pure.
-
-    It can when the host declares GPUs (``nvidia_gpu_count`` > 0) and ``has_driver`` (the NVIDIA
-    driver is there, or this run installs it).
-    """
-    gpus = data.get("nvidia_gpu_count")
-    return hold_back_reason(gpus, driver_usable(gpus, has_driver))
-
-
-def gpu_hold_back_reason(data, nvidia: NvidiaLayer | None = None) -> str | None:
-    """:func:`gpu_blocker` for the current host: from ``nvidia``, what roles.nvidia.nvidia
-    returned in this run (the driver there or planned), or, in a partial run without it, from
-    the host as it is (``nvidia-smi`` on PATH: reads a fact, so call it inside a deploy)."""
-    return (nvidia or observed_layer(data)).hold_back_reason
+    """The GPU services installed on this host per mode, from their footprints
+    (roles/services.py): ``{"llm": ["vllm.service"], "media": ["comfyui.service", ...]}``."""
+    return by_mode(registry.SERVICES, data)
 
 
 class ModeTargets(FactBase):

@@ -5,104 +5,40 @@ on a host, a configuration in which the services of one mode would need more mem
 than the card has (:func:`budget_problems`, called from settings validation). Both modes are
 checked, whichever is the default, because ``rigup-mode`` can switch to either at any time.
 
-What each service takes on a GPU, in GiB (2**30 bytes), from its settings:
-
-- vLLM, on each of GPUs ``0 .. vllm_tensor_parallel_size - 1``:
-  ``vllm_gpu_memory_utilization x nvidia_gpu_vram_gib`` (vLLM's budget: weights, activations,
-  KV cache) plus ``cuda_context_gib`` (CUDA context, NCCL and cuBLAS workspaces outside that
-  budget; seed: 23.4 GB in use per card at 0.94 x 24 GiB = 22.6 GiB).
-- ComfyUI, on GPU ``comfyui_gpu_index``: ``nvidia_gpu_vram_gib - comfyui_reserve_vram_gib``.
-  ComfyUI loads and offloads models to use every byte it sees free except ``--reserve-vram``
-  (comfy/model_management.py of the pinned release), so it must be budgeted as taking the card
-  minus that reserve; nothing runs on CPU (``comfyui_cpu``) counts. Another service on the same
-  GPU must fit inside the reserve.
-- VoxCPM2, on GPU ``voxcpm_gpu_index``: ``voxcpm_vram_gib`` (the VoxCPM2 role's estimate of
-  all it takes, CUDA context included); nothing when ``voxcpm_install`` is False.
+What each service takes on a GPU, in GiB (2**30 bytes), is its footprint's VRAM formula
+(``vram`` in roles/<role>/footprint.py, with its source); the services are those of
+roles/services.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-#: mode name -> systemd target that holds its services
-MODES: dict[str, str] = {"llm": "rigup-llm.target", "media": "rigup-media.target"}
+from roles import services as registry
+from roles.common.footprint import MODES, GpuShare
 
-#: systemd service -> the mode it belongs to (its unit has PartOf=/WantedBy= that mode's target)
-SERVICE_MODES: dict[str, str] = {
-    "vllm.service": "llm",
-    "comfyui.service": "media",
-    "voxcpm.service": "media",
-}
-
-
-def service_mode(unit: str) -> dict[str, str]:
-    """``{"mode": "llm", "target": "rigup-llm.target"}`` for a service unit of :data:`SERVICE_MODES`."""
-    mode = SERVICE_MODES[unit]
-    return {"mode": mode, "target": MODES[mode]}
-
-
-@dataclass(frozen=True)
-class GpuShare:
-    """What one service takes on one GPU: ``gib`` GiB, with ``how`` saying how it was computed."""
-
-    service: str
-    gpu: int
-    gib: float
-    how: str
-
-
-def _get(data: Mapping[str, Any] | Any, key: str, default: Any = None) -> Any:
-    value = data.get(key)
-    return default if value is None else value
+__all__ = [
+    "MODES",
+    "GpuShare",
+    "budget_problems",
+    "budget_report",
+    "format_gpu",
+    "mode_shares",
+    "per_gpu",
+]
 
 
 def mode_shares(data: Mapping[str, Any] | Any) -> dict[str, list[GpuShare]]:
     """Every service's share of every GPU it uses, per mode: ``{"llm": [GpuShare...], ...}``.
 
-    ``data`` is the settings mapping (``host.data`` or a dict, already validated for types).
-    Services that are not installed (``comfyui_install`` False, no ``voxcpm_vram_gib``) or that
-    run on the CPU take nothing.
+    ``data`` is the settings mapping (``host.data`` or a dict, already validated for types), the
+    services those of roles/services.py. Services that are not installed or that run
+    on the CPU take nothing.
     """
-    card = float(data.get("nvidia_gpu_vram_gib"))
-    context = float(data.get("cuda_context_gib"))
     shares: dict[str, list[GpuShare]] = {mode: [] for mode in MODES}
-
-    util = float(data.get("vllm_gpu_memory_utilization"))
-    # vLLM's CPU build (vllm_device = "cpu") takes no GPU memory
-    gpu_tp = 0 if data.get("vllm_device") == "cpu" else int(data.get("vllm_tensor_parallel_size"))
-    for gpu in range(gpu_tp):
-        shares["llm"].append(
-            GpuShare(
-                "vllm",
-                gpu,
-                util * card + context,
-                f"{util} x {card:g} GiB + {context:g} GiB CUDA context",
-            )
-        )
-
-    if _get(data, "comfyui_install", True) and not _get(data, "comfyui_cpu", False):
-        reserve = float(data.get("comfyui_reserve_vram_gib"))
-        shares["media"].append(
-            GpuShare(
-                "comfyui",
-                int(data.get("comfyui_gpu_index")),
-                max(card - reserve, 0.0),
-                f"{card:g} GiB card - {reserve:g} GiB comfyui_reserve_vram_gib",
-            )
-        )
-
-    voxcpm = data.get("voxcpm_vram_gib")
-    if voxcpm is not None and _get(data, "voxcpm_install", True):
-        shares["media"].append(
-            GpuShare(
-                "voxcpm",
-                int(_get(data, "voxcpm_gpu_index", 0)),
-                float(voxcpm),
-                "voxcpm_vram_gib estimate",
-            )
-        )
+    for service in registry.SERVICES:
+        shares[service.mode].extend(service.shares(data))
     return shares
 
 
@@ -131,34 +67,42 @@ def budget_report(data: Mapping[str, Any] | Any) -> dict[str, list[str]]:
 
 
 def budget_problems(data: Mapping[str, Any] | Any) -> list[str]:
-    """Problems with the VRAM budget, one string per oversubscribed GPU or impossible GPU index.
+    """Problems with the VRAM budget, one string per oversubscribed GPU and per service placed
+    (its ``gpu_index_key``) on a GPU the host does not declare.
 
     Empty when every mode fits. Each message names the mode, the GPU, the total against the card
-    and every service's share with its inputs, e.g.::
+    and every service's share with its inputs, then the settings that change it, e.g.::
 
         VRAM budget: media mode oversubscribes GPU 0: 31.0 of 24 GiB (comfyui 23.0 GiB = ...,
-        voxcpm 8.0 GiB = voxcpm_vram_gib estimate); lower ... or move a service to another GPU
+        voxcpm 8.0 GiB = voxcpm_vram_gib estimate); lower a share (comfyui_reserve_vram_gib,
+        voxcpm_vram_gib) or put services on different GPUs (comfyui_gpu_index, voxcpm_gpu_index)
     """
     card = float(data.get("nvidia_gpu_vram_gib"))
     gpus = int(data.get("nvidia_gpu_count"))
+    named = {s.name: s for s in registry.SERVICES}
     problems = []
     for mode, shares in mode_shares(data).items():
         for gpu, on_gpu in per_gpu(shares).items():
-            # vLLM's GPUs come from vllm_tensor_parallel_size, checked against the count already
-            placed = [s.service for s in on_gpu if s.service != "vllm"]
-            if gpus > 0 and gpu >= gpus and placed:
-                names = ", ".join(placed)
-                problems.append(
-                    f"VRAM budget: {mode} mode puts {names} on GPU {gpu}, but this host declares "
-                    f"{gpus} GPU(s) (nvidia_gpu_count; GPUs are numbered from 0)"
+            here = [named[name] for name in dict.fromkeys(s.service for s in on_gpu)]
+            # a service without a GPU index (vLLM) has its GPUs checked by its own rule
+            placed = [s for s in here if s.gpu_index_key]
+            if gpus > 0 and gpu >= gpus:
+                problems.extend(
+                    f"{s.gpu_index_key}: GPU {gpu} does not exist on a host that declares {gpus} "
+                    f"GPU(s) (nvidia_gpu_count); use 0..{gpus - 1} (the {mode} mode runs "
+                    f"{s.name} there)"
+                    for s in placed
                 )
             total = sum(s.gib for s in on_gpu)
             # 1e-9: float sums of settings such as 0.94 x 24 + 0.8 must not fail on rounding
             if total > card + 1e-9:
+                sizes = ", ".join(k for s in here for k in s.share_keys)
+                move = ", ".join(s.gpu_index_key for s in placed)
+                hint = f"lower a share ({sizes})"
+                if move:
+                    hint += f" or put services on different GPUs ({move})"
                 problems.append(
                     f"VRAM budget: {mode} mode oversubscribes {format_gpu(gpu, on_gpu, card)}; "
-                    "lower a share (vllm_gpu_memory_utilization, comfyui_reserve_vram_gib is "
-                    "what ComfyUI leaves free, voxcpm_vram_gib) or put services on different "
-                    "GPUs (comfyui_gpu_index, voxcpm_gpu_index)"
+                    f"{hint}"
                 )
     return problems

@@ -3,9 +3,13 @@ verify after."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
+from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import apt, files, python, server
 from pyinfra.operations.util import any_changed
 
@@ -31,19 +35,22 @@ from roles.nvidia.preflight import (
 from roles.nvidia.tools import NvidiaTools
 
 
-@deploy("NVIDIA driver")
-def nvidia_driver(settings, tools: NvidiaTools) -> bool:
-    """Install and hold the driver of ``nvidia_install_path``/``nvidia_driver_branch``,
-    blacklist nouveau, reboot when the driver needs it, verify it after (rigup-nvidia-diagnose).
+@dataclass(frozen=True)
+class DriverFacts:
+    """What the driver deploy read of the host before any change: the driver state
+    (NvidiaDriverState), the packages (NvidiaPackages), the kernel meta-packages
+    (KernelPackages), and why a reboot is needed now (``reboot_reasons``; empty when none)."""
 
-    Returns whether this run plans the driver (False on a host that declares no GPUs). Raises
-    ``DeployError`` before any change for every problem :func:`driver_preflight` finds.
-    """
-    np = NvidiaPaths.from_data(settings)
-    if settings.nvidia_gpu_count == 0:
-        logger.info(f"[{host.name}] NVIDIA driver: the host declares no GPUs; nothing to install")
-        return False
+    state: dict
+    packages: dict
+    kernel_packages: dict
+    reboot_reasons: list[str]
 
+
+def preflight_or_refuse(settings, is_local: bool) -> DriverFacts:
+    """Read the facts, run :func:`driver_preflight` and refuse a reboot that may not happen
+    (``is_local``: the controller itself); raise ``DeployError`` listing every problem, before
+    any change, else print the warnings and return the facts."""
     pci = host.get_fact(NvidiaPciGpus) or []
     state = host.get_fact(NvidiaDriverState) or {}
     packages = host.get_fact(NvidiaPackages) or {}
@@ -54,7 +61,6 @@ def nvidia_driver(settings, tools: NvidiaTools) -> bool:
     problems, warnings = driver_preflight(
         settings, pci, state, packages, smi, interconnect, kernel_packages, units
     )
-    is_local = host.name.startswith("@local")
     reboot_reasons = [w for w in warnings if "reboots the host" in w]
     if state.get("reboot_required"):
         reboot_reasons.append("the system asks for a reboot (/var/run/reboot-required)")
@@ -68,11 +74,12 @@ def nvidia_driver(settings, tools: NvidiaTools) -> bool:
         raise DeployError(f"NVIDIA layer on {host.name}: refused (nothing was changed):\n{lines}")
     for warning in warnings:
         logger.warning(f"[{host.name}] NVIDIA: {warning}")
+    return DriverFacts(state, packages, kernel_packages, reboot_reasons)
 
-    flavour = kernel_flavour(state.get("kernel", ""), kernel_packages.get("packages") or {})
-    wanted = driver_packages(settings, flavour)
-    held_kernel = kernel_hold(settings, flavour)
 
+def blacklist_nouveau() -> OperationMeta:
+    """Blacklist nouveau and regenerate the initramfs when that changed; returns the
+    regeneration (it makes a reboot needed)."""
     apt.packages(
         name="NVIDIA prerequisites (pciutils, mokutil, kmod, initramfs-tools)",
         packages=["pciutils", "mokutil", "kmod", "initramfs-tools"],
@@ -83,34 +90,41 @@ def nvidia_driver(settings, tools: NvidiaTools) -> bool:
         dest="/etc/modprobe.d/rigup-blacklist-nouveau.conf",
         mode="644",
     )
-    initramfs = server.shell(
+    return server.shell(
         name="Regenerate the initramfs (nouveau blacklist changed)",
         commands=["update-initramfs -u -k all"],
         _if=blacklist.did_change,
     )
 
-    if settings.nvidia_install_path == "nvidia-repo":
-        keyring = f"{np.cache}/{settings.nvidia_cuda_keyring_deb}"
-        files.directory(name=f"Directory {np.cache}", path=np.cache, mode="755")
-        download = files.download(
-            name=f"Download {settings.nvidia_cuda_keyring_deb} (sha256 pinned)",
-            src=f"{settings.nvidia_cuda_repo_url}/{settings.nvidia_cuda_keyring_deb}",
-            dest=keyring,
-            sha256sum=settings.nvidia_cuda_keyring_sha256,
-        )
-        deb = apt.deb(name="Install cuda-keyring (NVIDIA's CUDA repository)", src=keyring)
-        pin = files.template(
-            name=f"Hold NVIDIA's repository to driver branch {settings.nvidia_driver_branch}",
-            src=str(FILES / "nvidia-driver-pin.j2"),
-            dest="/etc/apt/preferences.d/rigup-nvidia-driver",
-            mode="644",
-            branch=settings.nvidia_driver_branch,
-        )
-        apt.update(
-            name="Refresh apt lists (NVIDIA repository added)",
-            _if=any_changed(download, deb, pin),
-        )
 
+def nvidia_repository(settings, np: NvidiaPaths) -> None:
+    """NVIDIA's CUDA repository (the ``nvidia-repo`` path): its keyring package, downloaded
+    with its pinned sha256, and an apt preference holding it to ``nvidia_driver_branch``."""
+    keyring = f"{np.cache}/{settings.nvidia_cuda_keyring_deb}"
+    files.directory(name=f"Directory {np.cache}", path=np.cache, mode="755")
+    download = files.download(
+        name=f"Download {settings.nvidia_cuda_keyring_deb} (sha256 pinned)",
+        src=f"{settings.nvidia_cuda_repo_url}/{settings.nvidia_cuda_keyring_deb}",
+        dest=keyring,
+        sha256sum=settings.nvidia_cuda_keyring_sha256,
+    )
+    deb = apt.deb(name="Install cuda-keyring (NVIDIA's CUDA repository)", src=keyring)
+    pin = files.template(
+        name=f"Hold NVIDIA's repository to driver branch {settings.nvidia_driver_branch}",
+        src=str(FILES / "nvidia-driver-pin.j2"),
+        dest="/etc/apt/preferences.d/rigup-nvidia-driver",
+        mode="644",
+        branch=settings.nvidia_driver_branch,
+    )
+    apt.update(
+        name="Refresh apt lists (NVIDIA repository added)",
+        _if=any_changed(download, deb, pin),
+    )
+
+
+def install_and_hold(wanted: list[str], held_kernel: tuple[str, ...]) -> OperationMeta:
+    """Install the driver packages ``wanted`` and hold them, with the kernel meta-packages
+    ``held_kernel``, against apt and unattended upgrades; returns the install."""
     install = apt.packages(
         name=f"Driver {' + '.join(wanted)}",
         packages=wanted,
@@ -129,42 +143,67 @@ def nvidia_driver(settings, tools: NvidiaTools) -> bool:
         prefixes=HOLD_PREFIXES,
         extra=held_kernel,
     )
+    return install
 
-    # A reboot can only be needed for a reason known now, or because this run installs the driver
-    # or blacklists nouveau; a converged host gets no reboot operation at all.
-    static = bool(reboot_reasons)
-    installed = packages.get("installed", {})
-    install_pending = any(pkg not in installed for pkg in wanted)
-    blacklist_pending = state.get("nouveau_blacklisted") is not True
-    if not (static or install_pending or blacklist_pending):
-        return True
 
-    def reboot_needed() -> bool:
-        return static or install.did_change() or initramfs.did_change()
-
+def reboot_when_needed(settings, is_local: bool, needed: Callable[[], bool]) -> None:
+    """Reboot when ``needed()`` says so at run time, or, on the controller itself
+    (``is_local``) or with ``nvidia_reboot_allowed`` False, stop the run saying why."""
     if is_local or not settings.nvidia_reboot_allowed:
+        who = "the controller itself (@local)" if is_local else "(nvidia_reboot_allowed = False)"
         python.call(
             name="Stop: a reboot is needed to load the driver",
             function=refuse,
             message=(
                 "the driver was installed and needs a reboot; rigup does not reboot "
-                + (
-                    "the controller itself (@local)"
-                    if is_local
-                    else "(nvidia_reboot_allowed = False)"
-                )
-                + ": reboot, then run again"
+                f"{who}: reboot, then run again"
             ),
-            _if=reboot_needed,
+            _if=needed,
         )
-    else:
-        server.reboot(
-            name="Reboot to load the NVIDIA driver",
-            delay=5,
-            interval=10,
-            reboot_timeout=settings.nvidia_reboot_timeout_s,
-            _if=reboot_needed,
-        )
+        return
+    server.reboot(
+        name="Reboot to load the NVIDIA driver",
+        delay=5,
+        interval=10,
+        reboot_timeout=settings.nvidia_reboot_timeout_s,
+        _if=needed,
+    )
+
+
+@deploy("NVIDIA driver")
+def nvidia_driver(settings, tools: NvidiaTools) -> bool:
+    """Install and hold the driver of ``nvidia_install_path``/``nvidia_driver_branch``,
+    blacklist nouveau, reboot when the driver needs it, verify it after (rigup-nvidia-diagnose).
+
+    Returns whether this run plans the driver (False on a host that declares no GPUs). Raises
+    ``DeployError`` before any change for every problem :func:`driver_preflight` finds.
+    """
+    np = NvidiaPaths.from_data(settings)
+    if settings.nvidia_gpu_count == 0:
+        logger.info(f"[{host.name}] NVIDIA driver: the host declares no GPUs; nothing to install")
+        return False
+    is_local = host.name.startswith("@local")
+    facts = preflight_or_refuse(settings, is_local)
+    kernel = facts.state.get("kernel", "")
+    flavour = kernel_flavour(kernel, facts.kernel_packages.get("packages") or {})
+    wanted = driver_packages(settings, flavour)
+
+    initramfs = blacklist_nouveau()
+    if settings.nvidia_install_path == "nvidia-repo":
+        nvidia_repository(settings, np)
+    install = install_and_hold(wanted, kernel_hold(settings, flavour))
+
+    # A reboot can only be needed for a reason known now, or because this run installs the driver
+    # or blacklists nouveau; a converged host gets no reboot operation at all.
+    static = bool(facts.reboot_reasons)
+    installed = facts.packages.get("installed", {})
+    install_pending = any(pkg not in installed for pkg in wanted)
+    blacklist_pending = facts.state.get("nouveau_blacklisted") is not True
+    if not (static or install_pending or blacklist_pending):
+        return True
+    reboot_when_needed(
+        settings, is_local, lambda: static or install.did_change() or initramfs.did_change()
+    )
     changed = any_changed(install, initramfs, *tools.changed("rigup-nvidia-diagnose"))
     # exit 1 is a warning (e.g. an Xid of a crashed program in this boot's kernel log)
     server.shell(

@@ -67,3 +67,21 @@ def observed_layer(data: Any) -> NvidiaLayer:
     (``deploys/vllm.py`` alone): the driver counts when ``nvidia-smi`` is on PATH. Reads a fact,
     so call it inside a deploy."""
     return NvidiaLayer.of(data, has_driver=bool(host.get_fact(Which, command="nvidia-smi")))
+
+
+def gpu_blocker(data: Any, has_driver: bool) -> str | None:
+    """Why a GPU service cannot run on a host, or None when it can: the one answer every GPU
+    service role and testinfra use. Pure.
+
+    It can when the host declares GPUs (``nvidia_gpu_count`` > 0) and ``has_driver`` (the NVIDIA
+    driver is there, or this run installs it).
+    """
+    gpus = data.get("nvidia_gpu_count")
+    return hold_back_reason(gpus, driver_usable(gpus, has_driver))
+
+
+def gpu_hold_back_reason(data: Any, nvidia: NvidiaLayer | None = None) -> str | None:
+    """:func:`gpu_blocker` for the current host: from ``nvidia``, what roles.nvidia.nvidia
+    returned in this run (the driver there or planned), or, in a partial run without it, from
+    the host as it is (``nvidia-smi`` on PATH: reads a fact, so call it inside a deploy)."""
+    return (nvidia or observed_layer(data)).hold_back_reason

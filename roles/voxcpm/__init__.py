@@ -28,13 +28,12 @@ from roles.common.paths import Layout
 from roles.common.service import GpuService, ServiceSpec, api_key_or_refuse
 from roles.common.venv import uv_lock_private
 from roles.model import ModelStore
-from roles.modes import gpu_hold_back_reason
-from roles.modes.budget import service_mode
-from roles.nvidia.layer import NvidiaLayer
+from roles.nvidia.layer import NvidiaLayer, gpu_hold_back_reason
+from roles.voxcpm.footprint import FOOTPRINT
 from roles.voxcpm.paths import UNIT, VoxcpmPaths
 from roles.voxcpm.python import PythonVersion, managed_python_installed
 from roles.voxcpm.service import exec_start, server_args, service_env, start_decision
-from roles.voxcpm.settings import SERVER_MODULES, SERVICE_KEYS, VoxcpmSettings
+from roles.voxcpm.settings import SERVER_MODULES, VoxcpmSettings
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "voxcpm"
 #: The variable the speech server reads its API key from (files/voxcpm/voxcpm_server.py).
@@ -47,10 +46,7 @@ def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
     return ServiceSpec.of(
         settings,
         p,
-        SERVICE_KEYS,
-        **service_mode(UNIT),
-        role="roles/voxcpm",
-        component="VoxCPM2",
+        FOOTPRINT,
         env=service_env(settings, p),
         description=(
             "VoxCPM2 text-to-speech server, OpenAI-style /v1/audio/speech "
@@ -58,7 +54,6 @@ def service_spec(settings: Any, model_dir: str) -> ServiceSpec:
         ),
         documentation=f"file://{p.server}",
         exec_start=exec_start(p, server_args(settings, p, model_dir)),
-        ready_path="/ready",
         ready_pid_key="pid",
         optional_env_files=(
             (

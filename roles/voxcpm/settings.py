@@ -24,7 +24,6 @@ from roles.common.checks import (
 )
 from roles.common.locks import version_check
 from roles.common.setting import (
-    ServiceKeys,
     Setting,
     TypedSettings,
     declared,
@@ -39,6 +38,7 @@ LOCK = FILES / "requirements.lock"
 SERVER = FILES / "voxcpm_server.py"
 #: The speech server's modules, installed beside it (files/voxcpm): file -> what it holds.
 SERVER_MODULES = {
+    "voxcpm_api.py": "request and error shapes, voices",
     "voxcpm_synth.py": "synthesizers",
     "voxcpm_audio.py": "audio encoding",
     "voxcpm_stream.py": "streamed answers",
@@ -127,13 +127,6 @@ class VoxcpmSettings(TypedSettings):
 SETTINGS: tuple[Setting, ...] = declared(VoxcpmSettings)
 
 RULES: dict[str, Check] = rules(SETTINGS)
-#: The settings of voxcpm.service's account, bind address, port and start timeout.
-SERVICE_KEYS = ServiceKeys(
-    user="voxcpm_user",
-    host="voxcpm_host",
-    port="voxcpm_port",
-    start_timeout_s="voxcpm_start_timeout_s",
-)
 OPTIONAL: tuple[str, ...] = optional(SETTINGS)
 
 

@@ -9,7 +9,8 @@ import shlex
 
 from roles.common.facts import uv_env
 from roles.modes import UP
-from roles.modes.budget import MODES, SERVICE_MODES
+from roles.modes.budget import MODES
+from roles.services import by_unit
 
 
 def check_service_user(host, name: str, home: str, deploy: str) -> None:
@@ -77,9 +78,9 @@ def active_mode_of(targets: dict[str, dict]) -> str | None:
 
 def mode_skip_reason(unit: str, active_mode: str | None) -> str | None:
     """Why a check of ``unit`` serving cannot run now, or None when the host is in the mode
-    ``unit`` serves in (roles.modes.budget.SERVICE_MODES): the other mode's services are stopped
+    ``unit`` serves in (its footprint's, roles/services.py): the other mode's services are stopped
     by design, so their serving checks skip with this reason instead of failing."""
-    mode = SERVICE_MODES[unit]
+    mode = by_unit(unit).mode
     if active_mode == mode:
         return None
     return (

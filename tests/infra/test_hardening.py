@@ -10,19 +10,18 @@ import re
 import pytest
 
 from lab.hub_lab import HUB_UNIT
+from roles.comfyui.footprint import FOOTPRINT
 from roles.comfyui.paths import ComfyuiPaths
 from roles.common.facts import ListeningSockets
 from roles.common.urls import is_loopback
 from roles.nvidia import NVLINK_UNIT, POWER_UNIT
-from roles.voxcpm.paths import VoxcpmPaths
+from roles.services import SERVICES, by_unit
 from tests.infra.checks import writable_by_every_user
 
 #: The exposure each unit reached in the lab (systemd 257), and what it may not exceed: a higher
 #: score means a sandbox setting was lost. (systemd-analyze security: 0 safe ... 10 exposed)
 CEILINGS = {
-    "vllm.service": 1.5,
-    "comfyui.service": 1.5,
-    "voxcpm.service": 1.5,
+    **{s.unit: s.sandbox_ceiling for s in SERVICES},
     POWER_UNIT: 1.5,
     NVLINK_UNIT: 1.0,
 }
@@ -50,7 +49,7 @@ def test_unit_sandbox_exposure(host, unit, request):
 def _rigup_roots(data, paths) -> list[str]:
     roots = [paths.prefix, paths.etc, paths.state, paths.tmp, paths.uv_cache]
     roots.append(data.get("model_store_dir"))
-    if data.get("comfyui_install"):
+    if FOOTPRINT.installed(data):
         roots.append(ComfyuiPaths.from_data(data).base)
     return roots
 
@@ -84,11 +83,7 @@ def _listening(host) -> list[dict]:
 
 
 #: Each service's API: the settings of the address and port it serves on (its unit binds them).
-API = {
-    "vllm.service": ("vllm_host", "vllm_port"),
-    "voxcpm.service": ("voxcpm_host", "voxcpm_port"),
-    "comfyui.service": ("comfyui_host", "comfyui_port"),
-}
+API = {s.unit: (s.keys.host, s.keys.port) for s in SERVICES}
 #: rigup's services, and the lab's Hugging Face-compatible server (lab/hub_lab.py) where it runs
 RIGUP_UNITS = (*API, HUB_UNIT)
 
@@ -151,14 +146,11 @@ def test_a_loopback_service_unit_allows_loopback_only(host, data, unit):
     print(f"{unit}: IP address filter {'in force' if fs == 'cgroup2fs' else 'NOT in force'} ({fs})")
 
 
-def test_services_beyond_loopback_have_a_key_or_their_opt_in(host, data, vllm_paths):
+def test_services_beyond_loopback_have_a_key_or_their_opt_in(host, data):
     """The API of a service its setting binds beyond loopback: the service has its API key
-    (stored root-only, 0600) and answers /v1/* without it 401, or (ComfyUI, no authentication)
-    comfyui_allow_network_without_auth is set."""
-    key_files = {
-        "vllm.service": vllm_paths.api_key_file,
-        "voxcpm.service": VoxcpmPaths.from_data(data).api_key_file,
-    }
+    (stored root-only, 0600) and answers /v1/* without it 401, or, for one without
+    authentication (ComfyUI), its footprint's opt-in setting is set
+    (comfyui_allow_network_without_auth)."""
     exposed = []
     for sock in _listening(host):
         units = {p["unit"] for p in sock["processes"]}
@@ -166,13 +158,14 @@ def test_services_beyond_loopback_have_a_key_or_their_opt_in(host, data, vllm_pa
             if is_loopback(sock["address"]) or not _api_beyond_loopback(data, unit, sock["port"]):
                 continue  # other sockets: test_rigup_services_listen_on_loopback_only
             where = f"{sock['address']}:{sock['port']}"
-            if unit == "comfyui.service":
-                assert data.get("comfyui_allow_network_without_auth"), (
-                    f"comfyui.service listens on {where} without comfyui_allow_network_without_auth"
+            service = by_unit(unit)
+            if not service.api_key:
+                assert data.get(service.open_api_key), (
+                    f"{unit} listens on {where} without {service.open_api_key}"
                 )
                 exposed.append(f"{unit} {where} (opt-in)")
                 continue
-            f = host.file(key_files[unit])
+            f = host.file(service.paths.from_data(data).api_key_file)
             assert f.exists and (f.user, f.mode) == ("root", 0o600), (
                 f"{unit} listens on {where} and has no root-only API key at {f.path}"
             )

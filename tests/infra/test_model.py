@@ -6,10 +6,11 @@ import json
 import shlex
 from pathlib import Path
 
-from roles.model import PLACEMENT_RECORD, host_manifests, placed_path
+from roles.model import PLACEMENT_RECORD, placed_path
 from roles.model.commands import placed_problems, verify_argv
 from roles.model.manifest import load_manifest
 from roles.model.patch import patch_for
+from roles.services import host_manifests
 
 
 def test_checkpoint_placed_read_only(host, data, llm_dir):

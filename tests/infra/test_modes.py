@@ -4,7 +4,8 @@ active, every installed service linked to its mode, and the switch command on ro
 import pytest
 
 from roles.modes import COMMAND_LINK, mode_services
-from roles.modes.budget import MODES, SERVICE_MODES
+from roles.modes.budget import MODES
+from roles.services import by_unit
 
 
 def _props(host, unit: str, *names: str) -> dict[str, str]:
@@ -39,7 +40,7 @@ def test_each_installed_service_belongs_to_its_mode(host, data):
         for service in services:
             props = _props(host, service, "PartOf", "LoadState")
             assert props.get("LoadState") == "loaded", f"{service} is not installed"
-            assert MODES[SERVICE_MODES[service]] in props.get("PartOf", ""), (
+            assert by_unit(service).target in props.get("PartOf", ""), (
                 f"{service} is not PartOf={MODES[mode]}: re-run its deploy"
             )
 

@@ -24,8 +24,8 @@ import pytest
 
 from roles.common.service import is_loopback
 from roles.model import placed_path
-from roles.modes import gpu_blocker
 from roles.modes.budget import MODES
+from roles.nvidia.layer import gpu_blocker
 from roles.voxcpm.paths import UNIT, VoxcpmPaths
 from roles.voxcpm.service import probe_url, server_args, service_env, start_decision
 from roles.voxcpm.settings import OPENAI_VOICES, VOICE_NAME, server_constant

@@ -184,10 +184,10 @@ def test_doctor_json_describes_the_host(cfg):
     assert [d["what"] for d in cfg["disks"]] == ["model store", "uv cache"]
     assert [x["name"] for x in cfg["venvs"]] == [
         "vLLM",
-        "model tool",
-        "CUDA toolkit",
         "VoxCPM2",
         "ComfyUI",
+        "model tool",
+        "CUDA toolkit",
     ]
     assert cfg["bench"]["dropin"] == "/run/systemd/system/vllm.service.d/50-rigup-bench-arm.conf"
     json.dumps(cfg)

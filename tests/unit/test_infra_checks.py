@@ -9,7 +9,8 @@ import subprocess
 import pytest
 
 from roles.modes import ModeTargets
-from roles.modes.budget import MODES, SERVICE_MODES
+from roles.modes.budget import MODES
+from roles.services import SERVICES
 from tests.infra.checks import (
     active_mode_of,
     mode_skip_reason,
@@ -73,9 +74,8 @@ def test_roots_that_do_not_exist_find_nothing(tmp_path):
     assert _found([str(tmp_path / "absent")]) == []
 
 
-@pytest.mark.parametrize("unit", sorted(SERVICE_MODES))
-def test_a_serving_check_runs_in_its_units_mode_and_skips_in_the_other(unit):
-    mode = SERVICE_MODES[unit]
+@pytest.mark.parametrize("unit,mode", [(s.unit, s.mode) for s in SERVICES])
+def test_a_serving_check_runs_in_its_units_mode_and_skips_in_the_other(unit, mode):
     assert mode_skip_reason(unit, mode) is None
     for other in [m for m in MODES if m != mode] + [None]:
         reason = mode_skip_reason(unit, other)

@@ -76,7 +76,10 @@ def test_cpu_or_absent_comfyui_takes_no_vram(settings):
 def test_gpu_index_beyond_the_declared_gpus_is_refused(settings):
     settings["comfyui_gpu_index"] = 2
     (problem,) = budget_problems(settings)
-    assert "media mode puts comfyui on GPU 2, but this host declares 2 GPU(s)" in problem
+    assert problem == (
+        "comfyui_gpu_index: GPU 2 does not exist on a host that declares 2 GPU(s) "
+        "(nvidia_gpu_count); use 0..1 (the media mode runs comfyui there)"
+    )
 
 
 def test_budget_is_part_of_settings_validation(settings):

@@ -96,13 +96,17 @@ def test_no_computed_setting_names():
     assert found == []
 
 
-def test_service_keys_name_declared_settings():
-    from roles.comfyui.settings import SERVICE_KEYS as COMFYUI
-    from roles.voxcpm.settings import SERVICE_KEYS as VOXCPM
+def test_service_footprints_name_declared_settings():
+    """Every setting a GPU service's footprint names (roles/services.py) is declared."""
+    from roles.services import SERVICES
 
     declared = {s.name for s in SETTINGS}
-    for keys in (vllm_settings.SERVICE_KEYS, VOXCPM, COMFYUI):
-        assert {keys.user, keys.host, keys.port, keys.start_timeout_s} <= declared
+    for service in SERVICES:
+        keys = service.keys
+        named = {keys.user, keys.host, keys.port, keys.start_timeout_s, *service.share_keys}
+        named |= {service.install_key, service.gpu_index_key, service.open_api_key} - {""}
+        named |= set(service.manifest_keys)
+        assert named <= declared, f"{service.name}: {sorted(named - declared)} are no settings"
 
 
 # ---- every problem at once ---------------------------------------------------------------------

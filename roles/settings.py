@@ -23,6 +23,8 @@ from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 
 from roles.base import settings as base_settings
+from roles.cluster import settings as cluster_settings
+from roles.cluster.inventory import require_valid_cluster
 from roles.comfyui import settings as comfyui_settings
 from roles.common import diagnosis
 from roles.common.checks import Check, contains
@@ -65,6 +67,7 @@ ROLE_SETTINGS: tuple[ModuleType, ...] = (
     comfyui_settings,
     modes_settings,
     doctor_settings,
+    cluster_settings,  # many rigs: one model across rigs (roles/cluster)
 )
 
 #: Every setting, as its role declares it (roles/<role>/settings.py ``SETTINGS``).
@@ -247,7 +250,10 @@ def host_settings() -> Any:
     """The current host's settings (its ``host.data``), checked, with this run holding the host's
     converge lock (:func:`roles.common.converge.hold_converge_lock`): call once at the top of a
     deploy file and pass the result to each role. Raises :class:`SettingsError` for bad settings
-    and ``DeployError`` while another converge runs on the host, both before any change."""
+    and ``DeployError`` while another converge runs on the host, both before any change; a bad
+    cluster of rigs in the inventory (roles/cluster/group.py) is refused the same way."""
+    # many rigs (roles/cluster): every rig of each cluster, and the rules across them, at once
+    require_valid_cluster(validate)
     require_valid_settings(host.data, host.name)
     hold_converge_lock()
     return host.data

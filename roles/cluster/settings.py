@@ -163,3 +163,22 @@ CONSISTENCY = (alone_means_alone, member_complete, stage_fills_the_rig)
 def consistency(values: Mapping[str, Any]) -> list[str]:
     """Problems of the rules over several of one rig's keys (:data:`CONSISTENCY`)."""
     return each_rule(values, CONSISTENCY)
+
+
+#: The multi-node flags of ``vllm serve`` rigup renders on a rig of a cluster (flag -> the
+#: setting it comes from; roles/cluster/group.py ``ClusterMember.vllm_args``): managed, so
+#: ``vllm_extra_args`` may not set them (roles/vllm/settings.py ``MANAGED``).
+CLUSTER_FLAGS: dict[str, str] = {
+    "--pipeline-parallel-size": "vllm_pipeline_parallel_size",
+    "--nnodes": "vllm_nnodes",
+    "--node-rank": "vllm_node_rank",
+    "--master-addr": "cluster_private_address (the leader's)",
+    "--master-port": "vllm_master_port",
+    "--headless": "vllm_node_rank (followers)",
+}
+#: vLLM 0.22.1's short spellings of them (vllm/engine/arg_utils.py ``add_cli_args``)
+CLUSTER_ALIASES: dict[str, str] = {
+    "-pp": "--pipeline-parallel-size",
+    "-n": "--nnodes",
+    "-r": "--node-rank",
+}

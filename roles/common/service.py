@@ -79,6 +79,9 @@ class ServiceSpec:
     + stop_timeout_s, restart_sec: TimeoutStopSec=, RestartSec= (the unit has Restart=always)
     + restart_prevent_exit_status (with restart_prevent_comment): exit statuses that mean a
       restart cannot help (a wrong model directory): the unit fails instead of looping
+    + ready_path "": no readiness URL (a headless vLLM follower): started once it runs
+    + peer_addresses: other rigs of its cluster (roles/cluster), allowed past the loopback-only
+      IPAddressDeny= of a unit bound to loopback
     """
 
     unit: str
@@ -108,6 +111,8 @@ class ServiceSpec:
     restart_sec: int = 10
     restart_prevent_exit_status: tuple[int, ...] = ()
     restart_prevent_comment: str = ""
+    # many rigs (roles/cluster): the peer rigs' addresses a loopback-bound unit may still reach
+    peer_addresses: tuple[str, ...] = ()
 
     @classmethod
     def of(

@@ -1,0 +1,33 @@
+"""What a rig of a cluster changes in vllm.service (the same template, files/common/
+service.unit.j2, on every rig): pure, so the unit tests render it per rank."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roles.cluster.member import ClusterMember
+
+#: the oneshot unit that loads the rig's nftables table (roles/cluster/firewall.py)
+FIREWALL_UNIT = "rigup-cluster-firewall.service"
+
+
+def cluster_unit(member: ClusterMember | None, differs: dict[str, Any]) -> dict[str, Any]:
+    """``differs`` (the ServiceSpec fields a role sets) for a rig of ``member``'s cluster: a
+    follower has no readiness URL (``vllm serve --headless`` runs no API server: vLLM 0.22.1
+    entrypoints/cli/serve.py ``run_headless``); every rig's unit may reach its peers' addresses
+    and, with ``cluster_firewall``, requires and starts after :data:`FIREWALL_UNIT`. Unchanged
+    for a rig that serves alone (``member`` None)."""
+    if member is None:
+        return differs
+    out = {**differs, "peer_addresses": member.peer_addresses}
+    if not member.is_leader:
+        out["ready_path"] = ""
+    if member.firewall:
+        out["requires"] = (*differs.get("requires", ()), FIREWALL_UNIT)
+        comment = (
+            f"# The cluster's firewall ({FIREWALL_UNIT}, roles/cluster) is up before the engine "
+            "listens to the peer rigs."
+        )
+        old = differs.get("requires_comment", "")
+        out["requires_comment"] = f"{old}\n{comment}" if old else comment
+    return out

@@ -15,7 +15,8 @@ measured on the CPU build). So each rig checks what serving needs:
 After ``failures`` failed checks in a row it restarts its own vllm.service (``--no-block``): a
 dead follower makes the leader's completions hang, so the leader restarts, which ends the old
 sessions, so a hung follower restarts too, and the pair meets again at the leader's new store.
-A dead peer is noticed within ``interval_s × failures + probe_timeout_s``.
+A dead peer is acted on within ``probe_timeout_s + failures × (interval_s + probe_timeout_s)``
+seconds (roles/cluster/watch.py ``detection_bound_s``).
 
 Standard library only. ``decide`` is pure (the unit tests run it on recorded cases); the probes
 read the live system. Configuration: a JSON file (roles/cluster writes it), path as argv[1].

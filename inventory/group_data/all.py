@@ -392,10 +392,12 @@ cluster_private_ifname = ""  # per rig, e.g. "enp5s0"
 # answers only the peer rigs (vLLM's docs: the traffic between nodes is unencrypted and can run
 # code)
 cluster_firewall = True
-# the supervisor (rigup-cluster-watch.timer): every interval the leader asks for a 1-token
-# completion (within cluster_probe_timeout_s), a follower checks its session to the leader's
-# master port; after cluster_watch_failures failures in a row it restarts its vllm.service, so a
-# dead peer is noticed within interval × failures + probe timeout (15 × 3 + 60 = 105 s)
+# the supervisor (rigup-cluster-watch.timer): interval seconds after each check the leader asks
+# for a 1-token completion (within cluster_probe_timeout_s), a follower checks its session to the
+# leader's master port; after cluster_watch_failures failures in a row it restarts its
+# vllm.service. A dead peer is acted on within probe timeout + failures × (interval + probe
+# timeout) seconds (30 + 3 × (15 + 30) = 165 s: roles/cluster/watch.py detection_bound_s), then
+# the model loads again.
 cluster_watch_interval_s = 15  # seconds between two checks
 cluster_watch_failures = 3  # failed checks in a row before the restart
-cluster_probe_timeout_s = 60  # seconds the leader's 1-token completion may take
+cluster_probe_timeout_s = 30  # seconds the leader's 1-token completion may take

@@ -44,6 +44,13 @@ def ruleset(member: ClusterMember, ssh_port: int, api_port: int | None) -> str:
     open_ports = [ssh_port] + ([api_port] if api_port else [])
     ports = ", ".join(str(p) for p in sorted(set(open_ports)))
     other = "ipv4" if fam == "ip6" else "ipv6"
+    # IPv6 neighbour discovery to the address itself (RFC 4861): the link keeps working
+    nd = (
+        f"\n        {fam} daddr {member.address} icmpv6 type "
+        "{ nd-neighbor-solicit, nd-neighbor-advert } accept"
+        if fam == "ip6"
+        else ""
+    )
     return f"""\
 # Managed by rigup (roles/cluster/firewall.py): the firewall of cluster {member.cluster!r} on
 # {member.name} (rank {member.rank}). Change the inventory and re-run the deploy; edits here are
@@ -64,7 +71,7 @@ table inet {TABLE} {{
         # this rig's private address: the engine's sockets (torch's store on the master port
         # {member.master_port}, vLLM's message queues, gloo, NCCL) answer the peer rigs only
         {fam} daddr {member.address} {fam} saddr @peers accept
-        {fam} daddr {member.address} tcp dport {{ {ports} }} accept
+        {fam} daddr {member.address} tcp dport {{ {ports} }} accept{nd}
         {fam} daddr {member.address} counter drop
         # the master port on any other address of this rig (torch binds it to all): peers only
         tcp dport {member.master_port} {fam} saddr != @peers counter drop

@@ -10,6 +10,7 @@ leader's address is written once, on the leader.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
@@ -173,6 +174,13 @@ def cluster_problems(cluster: str, rigs: Mapping[str, Any]) -> list[str]:
         address = _checked(data, "cluster_private_address")
         if address:
             owners.setdefault(address, []).append(name)
+    families = {ipaddress.ip_address(a).version for a in owners}
+    if len(families) > 1:
+        each = ", ".join(f"{n} {a}" for a, holders in owners.items() for n in holders)
+        problems.append(
+            f"cluster {cluster!r}: cluster_private_address: IPv4 and IPv6 mixed ({each}); the "
+            "rigs of a cluster share one link, all on one family"
+        )
     for address, holders in owners.items():
         if len(holders) > 1:
             problems.append(

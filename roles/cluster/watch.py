@@ -13,6 +13,15 @@ from roles.vllm.settings import VllmSettings
 WATCH = "rigup-cluster-watch"
 
 
+def detection_bound_s(interval_s: int, failures: int, probe_timeout_s: int) -> int:
+    """Seconds from a peer's death to the restart of vllm.service, at most: a check that started
+    just before the death may still pass (up to ``probe_timeout_s``); the timer starts the next
+    check ``interval_s`` after the last one ended (OnUnitInactiveSec=), a failing probe takes up
+    to ``probe_timeout_s`` (a hung completion), and ``failures`` of them in a row restart.
+    The pair then serves again once the model has loaded (up to ``vllm_start_timeout_s``)."""
+    return probe_timeout_s + failures * (interval_s + probe_timeout_s)
+
+
 def watch_config(settings: Any, member: ClusterMember, state_file: str) -> dict:
     """What rigup-cluster-watch reads (JSON): the rig's role, what it probes and when it
     restarts. The API key is read on the host from vllm.service's root-only environment file,

@@ -92,6 +92,11 @@ def _bad(**per_rig) -> list[str]:
              "10.77.0.1"],
         ),
         (
+            {"rig-b": {"cluster_private_address": "fd00:77::2"}},
+            ["cluster 'pair': cluster_private_address: IPv4 and IPv6 mixed (rig-a.local "
+             "10.77.0.1, rig-b.local fd00:77::2)"],
+        ),
+        (
             {"rig-b": {"vllm_master_port": 29600}},
             ["rig-b.local: vllm_master_port: 29600, but the leader rig-a.local has 29501"],
         ),

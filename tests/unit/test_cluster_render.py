@@ -124,6 +124,7 @@ def test_the_ruleset_lets_only_peers_in(rigs):
     lines = lead.splitlines()
     assert lines.count(f"table inet {TABLE}") == lines.count(f"delete table inet {TABLE}") == 1
     assert f"table inet {TABLE} {{" in lines
+    assert "icmpv6" not in lead  # IPv4: ARP is no IP traffic, nothing to let through
     follow = ruleset(_member(rigs, FOLLOWER), 2222, None)
     assert "elements = { 10.77.0.1 }" in follow and "tcp dport { 2222 } accept" in follow
 
@@ -135,6 +136,7 @@ def test_an_ipv6_link_uses_ip6(rigs):
     assert "type ipv6_addr" in text and "ip6 daddr fd00:77::1 ip6 saddr @peers accept" in text
     assert "tcp dport { 22, 8000 } accept" in text
     assert "meta nfproto ipv4 tcp dport 29501 counter drop" in text
+    assert "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept" in text
 
 
 NFT = shutil.which("nft") or (shutil.which("nft", path="/usr/sbin:/sbin"))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import subprocess
 import sys
 import time
@@ -171,8 +172,60 @@ def unit_state(unit: str) -> tuple[str, float]:
     return props.get("ActiveState", "unknown"), since
 
 
+def _unit_procs() -> Path | None:
+    """cgroup.procs of this process's control group (the unit's, as ExecStartPost=): cgroup v2,
+    or the unified or systemd hierarchy of a hybrid layout; as files/common/wait-ready reads it
+    (ProtectProc=invisible can hide the server's /proc entry from us)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    cgroup = next((line[3:] for line in lines if line.startswith("0::")), "")
+    for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"):
+        path = Path(f"{root}{cgroup}/cgroup.procs")
+        if cgroup and path.exists():
+            return path
+    return None
+
+
+def running(pid: int, procs: Path | None) -> bool:
+    """Whether ``pid`` is still one of the unit's processes (``procs``: its cgroup.procs)."""
+    if procs is not None:
+        try:
+            return str(pid) in procs.read_text().split()
+        except OSError:
+            return False
+    return Path(f"/proc/{pid}").exists()
+
+
+def wait_ready(url: str, model: str, timeout_s: float, pid: int, pause_s: float = 2.0) -> int:
+    """vllm.service's ExecStartPost= on a cluster's leader: wait until a 1-token completion
+    answers (each try within ``timeout_s``), never /health alone (it answers while a pair with a
+    dead follower hangs every completion). The key comes from the unit's environment
+    (VLLM_API_KEY, its EnvironmentFile=). Returns 0 when ready; 1 once the server ``pid`` is
+    gone three checks running (as wait-ready). systemd's TimeoutStartSec= bounds the wait."""
+    key = os.environ.get("VLLM_API_KEY") or None
+    procs = _unit_procs()
+    missing = 0
+    while not completion_answers(url, model, key, timeout_s):
+        missing = 0 if running(pid, procs) else missing + 1
+        if missing >= 3:
+            print(
+                f"rigup-cluster-watch: the server (pid {pid}) exited before {url} answered",
+                file=sys.stderr,
+            )
+            return 1
+        time.sleep(pause_s)
+    print(f"ready: {url} answered a 1-token completion", flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    """One check, as the config file argv[1] says; exit 0 (the decision is in the journal)."""
+    """``CONFIG``: one check, as the config file says; exit 0 (the decision is in the journal).
+    ``--ready URL MODEL TIMEOUT_S PID``: :func:`wait_ready`."""
+    if argv[1:2] == ["--ready"]:
+        url, model, timeout_s, pid = argv[2:6]
+        return wait_ready(url, model, float(timeout_s), int(pid))
     cfg = json.loads(Path(argv[1]).read_text())
     state_file = Path(cfg["state_file"])
     try:

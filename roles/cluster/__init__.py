@@ -25,7 +25,7 @@ from pyinfra.operations.util import any_changed
 from roles.cluster.firewall import TABLE, ruleset
 from roles.cluster.firewall import unit as firewall_unit
 from roles.cluster.inventory import this_member
-from roles.cluster.unit import FIREWALL_UNIT
+from roles.cluster.unit import FIREWALL_UNIT, watch_script
 from roles.cluster.watch import WATCH, watch_config, watch_units
 from roles.common.urls import is_loopback
 
@@ -41,7 +41,7 @@ def cluster(settings) -> None:
     etc = f"{settings.get('rigup_etc_dir')}/cluster"
     nft_file = f"{etc}/firewall.nft"
     state_dir = f"{settings.get('rigup_state_dir')}/cluster"
-    script = f"{settings.get('rigup_prefix')}/bin/rigup-cluster-watch"
+    script = watch_script(settings)
     config = f"{etc}/watch.json"
     if member is None:
         _removed(nft_file, script, config)

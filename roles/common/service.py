@@ -79,7 +79,8 @@ class ServiceSpec:
     + stop_timeout_s, restart_sec: TimeoutStopSec=, RestartSec= (the unit has Restart=always)
     + restart_prevent_exit_status (with restart_prevent_comment): exit statuses that mean a
       restart cannot help (a wrong model directory): the unit fails instead of looping
-    + ready_path "": no readiness URL (a headless vLLM follower): started once it runs
+    + ready_path "": no readiness URL (a headless vLLM follower): started once it runs;
+      ready_exec: the ExecStartPost= command that decides readiness instead of wait-ready
     + peer_addresses: other rigs of its cluster (roles/cluster), allowed past the loopback-only
       IPAddressDeny= of a unit bound to loopback
     """
@@ -111,8 +112,10 @@ class ServiceSpec:
     restart_sec: int = 10
     restart_prevent_exit_status: tuple[int, ...] = ()
     restart_prevent_comment: str = ""
-    # many rigs (roles/cluster): the peer rigs' addresses a loopback-bound unit may still reach
+    # many rigs (roles/cluster): the peer rigs' addresses a loopback-bound unit may still reach,
+    # and a readiness command instead of wait-ready's GET (a 1-token completion on a leader)
     peer_addresses: tuple[str, ...] = ()
+    ready_exec: str = ""
 
     @classmethod
     def of(

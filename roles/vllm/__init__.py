@@ -24,11 +24,12 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files
 
 from roles.cluster.member import ClusterMember
-from roles.cluster.unit import cluster_unit
+from roles.cluster.unit import cluster_unit, leader_ready_exec, watch_script
 from roles.common.command_line import exec_line
 from roles.common.facts import AllowedCpus, VenvDistributions
 from roles.common.operations import fingerprint
 from roles.common.service import GpuService, ServiceSpec, api_key_or_refuse
+from roles.common.urls import local_probe_url
 from roles.model import PLACEMENT_RECORD, PlacedModel
 from roles.modes import gpu_hold_back_reason
 from roles.modes.budget import service_mode
@@ -145,7 +146,13 @@ def service_spec(
                 ),
             ),
         )
-    differs = cluster_unit(member, differs)
+    ready = leader_ready_exec(
+        watch_script(settings),
+        local_probe_url(str(cfg.vllm_host), cfg.vllm_port, "/v1/completions"),
+        cfg.vllm_served_model_name,
+        settings.get("cluster_probe_timeout_s"),
+    )
+    differs = cluster_unit(member, differs, ready)
     return ServiceSpec.of(
         settings,
         p,

@@ -88,7 +88,12 @@ def test_one_unit_template_for_every_rank(rigs, device):
     lead = _unit(service_spec(rigs[LEADER], MODEL, [0, 1], _member(rigs, LEADER)))
     follow = _unit(service_spec(rigs[FOLLOWER], MODEL, [0, 1], _member(rigs, FOLLOWER)))
     alone = _unit(service_spec(rigs[LEADER], MODEL, [0, 1]))
-    assert "ExecStartPost=/opt/rigup/bin/wait-ready http://127.0.0.1:8000/health" in lead
+    assert (
+        "ExecStartPost=/usr/bin/python3 /opt/rigup/bin/rigup-cluster-watch --ready "
+        "http://127.0.0.1:8000/v1/completions qwen3.6-27b 30 $MAINPID\n"
+    ) in lead
+    assert "ExecStartPost=/opt/rigup/bin/wait-ready http://127.0.0.1:8000/health" in alone
+    assert "wait-ready" not in lead
     assert "ExecStartPost=" not in follow and "rigup-cluster-watch.timer checks" in follow
     assert "IPAddressAllow=localhost 10.77.0.2\n" in lead
     assert "IPAddressAllow=localhost 10.77.0.1\n" in follow

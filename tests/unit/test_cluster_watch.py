@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import socket
 import sys
 import threading
@@ -195,3 +196,17 @@ def test_the_key_is_read_from_the_services_env_file(tmp_path):
     path.write_text("# comment\nVLLM_API_KEY=abc123\n")
     assert watch.api_key(str(path)) == "abc123"
     assert watch.api_key(str(tmp_path / "absent")) is None
+
+
+# ---- the leader's readiness (vllm.service's ExecStartPost= on a cluster's leader) ------------
+def test_ready_once_a_completion_answers(server, monkeypatch):
+    monkeypatch.setenv("VLLM_API_KEY", "k")
+    assert watch.wait_ready(server, "m", 5, os.getpid(), pause_s=0.01) == 0
+    assert _Vllm.seen[0][2] == "Bearer k"
+
+
+def test_not_ready_and_failing_once_the_server_is_gone():
+    # port 9 (discard) answers no completion; pid 2**22 + 1 is above the kernel's pid_max limit
+    started = time.monotonic()
+    assert watch.wait_ready("http://127.0.0.1:9/v1/completions", "m", 1, 2**22 + 1, 0.01) == 1
+    assert time.monotonic() - started < 10

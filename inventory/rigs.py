@@ -24,6 +24,9 @@ CLUSTER = {
     "vllm_pipeline_parallel_size": 2,
     "vllm_tensor_parallel_size": 2,
     "nvidia_gpu_count": 2,
+    # no MTP across rigs: vLLM 0.22.1 refuses pipeline parallel for Qwen3.6's MTP drafter
+    # (roles/cluster/settings.py no_drafter_across_rigs)
+    "vllm_speculative_config": None,
     # The leader's API faces the LAN only with an API key: set VLLM_API_KEY on the controller
     # and vllm_host = "0.0.0.0" here, or keep 127.0.0.1 and reach it through an SSH tunnel.
 }

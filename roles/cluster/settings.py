@@ -156,8 +156,26 @@ def stage_fills_the_rig(values: Mapping[str, Any]) -> list[str]:
     return []
 
 
+def no_drafter_across_rigs(values: Mapping[str, Any]) -> list[str]:
+    """No speculative decoding across rigs: vLLM 0.22.1 gives the drafter the target's
+    pipeline_parallel_size (vllm/config/speculative.py) and refuses pipeline parallel for a
+    model without ``SupportsPP`` (vllm/config/model.py ``verify_with_parallel_config``), which
+    Qwen3.6's MTP head (``Qwen3_5MTP``, vllm/model_executor/models/qwen3_5_mtp.py) is not: its
+    argument check fails "Pipeline parallelism is not supported for this model" (measured:
+    tests/vllm/test_cluster_argv.py)."""
+    spec = values["vllm_speculative_config"]
+    if values["vllm_nnodes"] > 1 and spec:
+        return [
+            f"vllm_speculative_config: {spec.get('method')!r} speculative decoding with "
+            f"pipeline parallel across {values['vllm_nnodes']} rigs: vLLM 0.22.1 refuses it "
+            '("Pipeline parallelism is not supported for this model": the MTP drafter '
+            "Qwen3_5MTP does not implement SupportsPP); set it to None in the cluster's group data"
+        ]
+    return []
+
+
 #: The rules over several of one rig's keys (roles.common.setting.each_rule).
-CONSISTENCY = (alone_means_alone, member_complete, stage_fills_the_rig)
+CONSISTENCY = (alone_means_alone, member_complete, stage_fills_the_rig, no_drafter_across_rigs)
 
 
 def consistency(values: Mapping[str, Any]) -> list[str]:

@@ -169,6 +169,7 @@ def test_a_member_names_its_cluster_link_and_stage(settings):
         "vllm_pipeline_parallel_size",
         "cluster_private_address",
         "cluster_private_ifname",
+        "vllm_speculative_config",
     ], problems
 
 
@@ -196,6 +197,14 @@ def test_a_rig_alone_has_one_stage_and_rank_0(settings):
 def test_bad_cluster_values_name_their_key(settings, key, value):
     settings[key] = value
     assert [p.split(":")[0] for p in validate(settings)] == [key]
+
+
+def test_no_speculative_decoding_across_rigs():
+    rig = example_rigs()["rig-b.local"]
+    rig["vllm_speculative_config"] = {"method": "mtp", "num_speculative_tokens": 3}
+    assert [p.split(":")[0] for p in validate(rig)] == ["vllm_speculative_config"]
+    alone = load_group_data()
+    assert alone["vllm_speculative_config"] and validate(alone) == []
 
 
 def test_each_rig_stage_uses_all_its_gpus():

@@ -10,21 +10,18 @@ from __future__ import annotations
 import pytest
 
 from roles.cluster.firewall import TABLE
-from roles.cluster.group import member_of
+from roles.cluster.member import ClusterMember
 from roles.cluster.unit import FIREWALL_UNIT
 from roles.cluster.watch import WATCH
 from tests.infra.checks import env_file_values
-from tests.infra.conftest import _load_hosts
 
 
 @pytest.fixture(scope="session")
-def member(rig, request):
-    """This rig's place in its cluster, from the whole inventory (as the deploy reads it)."""
-    hosts = _load_hosts(request.config.getoption("--inventory"))
-    found = member_of(rig.name, {h.name: h.data for h in hosts})
-    if found is None:
+def member(rig, cluster_member) -> ClusterMember:
+    """:func:`cluster_member`, the tests skipped on a rig that serves alone."""
+    if cluster_member is None:
         pytest.skip(f"{rig.name} serves alone (vllm_nnodes = 1)")
-    return found
+    return cluster_member
 
 
 def test_vllm_runs_its_ranks_line(host, member):

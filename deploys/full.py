@@ -6,6 +6,7 @@ has its own deploy file (deploys/<component>.py) for partial runs.
 """
 
 from roles.base import base
+from roles.cluster import cluster
 from roles.comfyui import comfyui
 from roles.doctor import doctor
 from roles.model import model, model_store
@@ -21,6 +22,7 @@ gpu = nvidia(settings)  # driver + CUDA toolkit, persistence + power limit at bo
 store = model_store(settings)  # the model tool (huggingface_hub, modelscope) and token files
 llm = model(settings, store)  # the LLM checkpoint, placed verified and set up for text-only serving
 vllm(settings, llm, gpu)  # vLLM 0.22.1 venv, flags and checkpoint checked by vLLM, vllm.service
+cluster(settings)  # many rigs: the cluster's firewall and supervisor (nothing on a rig alone)
 voxcpm(settings, store, gpu)  # VoxCPM2: CPython 3.12 (uv), locked venv, model, voxcpm.service
 comfyui(settings, store, gpu)  # ComfyUI at a pinned commit, locked venv, models, comfyui.service
 modes(settings)  # rigup-llm/rigup-media targets, rigup-mode, boot mode; starts a mode

@@ -25,6 +25,8 @@ from pyinfra.api.exceptions import DeployError
 
 from roles import services as registry
 from roles.base import settings as base_settings
+from roles.cluster import settings as cluster_settings
+from roles.cluster.inventory import require_valid_cluster
 from roles.common.checks import Check
 from roles.common.converge import hold_converge_lock
 from roles.common.pyinfra_keys import is_pyinfra_key, pyinfra_keys
@@ -61,6 +63,7 @@ def role_settings() -> tuple[ModuleType, ...]:
         *services,
         modes_settings,
         doctor_settings,
+        cluster_settings,  # many rigs: one model across rigs (roles/cluster)
     )
 
 
@@ -189,7 +192,10 @@ def host_settings() -> Any:
     """The current host's settings (its ``host.data``), checked, with this run holding the host's
     converge lock (:func:`roles.common.converge.hold_converge_lock`): call once at the top of a
     deploy file and pass the result to each role. Raises :class:`SettingsError` for bad settings
-    and ``DeployError`` while another converge runs on the host, both before any change."""
+    and ``DeployError`` while another converge runs on the host, both before any change; a bad
+    cluster of rigs in the inventory (roles/cluster/group.py) is refused the same way."""
+    # many rigs (roles/cluster): every rig of each cluster, and the rules across them, at once
+    require_valid_cluster(validate)
     require_valid_settings(host.data, host.name)
     hold_converge_lock()
     return host.data

@@ -372,3 +372,32 @@ bench_arms = {
         "seed": {"decode-1": 128.9},
     },
 }
+
+# --- Many rigs: one model across rigs (roles/cluster, docs/many-rigs.md) ------------------------
+# A rig serves alone by default. Several rigs serve one model with vLLM 0.22.1's own multi-node
+# launcher: pipeline parallel across the rigs (one stage each), tensor parallel inside each. Set
+# the shared keys in the group data of the rigs (inventory/rigs.py), the per-rig ones on each rig.
+cluster_name = ""  # the rigs with the same name form one cluster; "" = this rig serves alone
+vllm_nnodes = 1  # rigs in the cluster (vLLM's --nnodes); 1 = serve alone
+vllm_node_rank = 0  # per rig: 0 = the leader (API server), 1.. = followers (--headless)
+vllm_pipeline_parallel_size = 1  # = vllm_nnodes: one pipeline stage per rig
+# the leader's rendezvous port (torch.distributed's store): vLLM's default, ParallelConfig.master_port
+vllm_master_port = 29501
+# per rig: its address and interface on the private link between the rigs (10/25 GbE); the
+# leader's address becomes every rig's --master-addr, VLLM_HOST_IP is each rig's own, and gloo and
+# NCCL use the interface (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME)
+cluster_private_address = ""  # per rig, e.g. "10.77.0.1"
+cluster_private_ifname = ""  # per rig, e.g. "enp5s0"
+# nftables on each rig (table inet rigup_cluster): the private address, the master port included,
+# answers only the peer rigs (vLLM's docs: the traffic between nodes is unencrypted and can run
+# code)
+cluster_firewall = True
+# the supervisor (rigup-cluster-watch.timer): interval seconds after each check the leader asks
+# for a 1-token completion (within cluster_probe_timeout_s), a follower checks its session to the
+# leader's master port; after cluster_watch_failures failures in a row it restarts its
+# vllm.service. A dead peer is acted on within probe timeout + failures × (interval + probe
+# timeout) seconds (30 + 3 × (15 + 30) = 165 s: roles/cluster/watch.py detection_bound_s), then
+# the model loads again.
+cluster_watch_interval_s = 15  # seconds between two checks
+cluster_watch_failures = 3  # failed checks in a row before the restart
+cluster_probe_timeout_s = 30  # seconds the leader's 1-token completion may take

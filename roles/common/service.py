@@ -79,6 +79,10 @@ class ServiceSpec:
     + stop_timeout_s, restart_sec: TimeoutStopSec=, RestartSec= (the unit has Restart=always)
     + restart_prevent_exit_status (with restart_prevent_comment): exit statuses that mean a
       restart cannot help (a wrong model directory): the unit fails instead of looping
+    + ready_path "": no readiness URL (a headless vLLM follower): started once it runs;
+      ready_exec: the ExecStartPost= command that decides readiness instead of wait-ready
+    + peer_addresses: other rigs of its cluster (roles/cluster), allowed past the loopback-only
+      IPAddressDeny= of a unit bound to loopback
     """
 
     unit: str
@@ -108,6 +112,10 @@ class ServiceSpec:
     restart_sec: int = 10
     restart_prevent_exit_status: tuple[int, ...] = ()
     restart_prevent_comment: str = ""
+    # many rigs (roles/cluster): the peer rigs' addresses a loopback-bound unit may still reach,
+    # and a readiness command instead of wait-ready's GET (a 1-token completion on a leader)
+    peer_addresses: tuple[str, ...] = ()
+    ready_exec: str = ""
 
     @classmethod
     def of(
@@ -116,9 +124,10 @@ class ServiceSpec:
         """The spec of the service ``footprint`` declares (roles/<role>/footprint.py): its unit,
         role, component, mode and readiness probe from there, its account, bind address, port
         and start timeout read from the settings its ``keys`` name, its directories from
-        ``paths``; ``differs`` gives the rest."""
+        ``paths``; ``differs`` gives the rest and overrides any of those (a headless vLLM follower
+        has no ``ready_path``)."""
         keys = footprint.keys
-        return cls(
+        fields: dict[str, Any] = dict(
             unit=footprint.unit,
             role=footprint.role,
             component=footprint.component,
@@ -132,8 +141,8 @@ class ServiceSpec:
             port=settings.get(keys.port),
             port_key=keys.port,
             start_timeout_s=settings.get(keys.start_timeout_s),
-            **differs,
         )
+        return cls(**{**fields, **differs})
 
     @property
     def ready_url(self) -> str:

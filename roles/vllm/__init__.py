@@ -21,9 +21,12 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files
 
+from roles.cluster.member import ClusterMember
+from roles.cluster.unit import cluster_unit, leader_ready_exec, watch_script
 from roles.common.command_line import exec_line
 from roles.common.facts import AllowedCpus, VenvDistributions
 from roles.common.service import GpuService, ServiceSpec, api_key_or_refuse
+from roles.common.urls import local_probe_url
 from roles.model import PlacedModel
 from roles.nvidia import NvidiaPaths, cuda_env
 from roles.nvidia.layer import NvidiaLayer, gpu_hold_back_reason
@@ -61,15 +64,16 @@ def api_key_env_file(p: VllmPaths) -> tuple[str, str]:
 
 
 def served_args(
-    settings: Any, model_dir: str, cpus: list[int]
+    settings: Any, model_dir: str, cpus: list[int], member: ClusterMember | None = None
 ) -> tuple[list[str], list[str], dict]:
     """What vllm.service runs with: ``(args after `vllm serve`, notes, extra environment)``.
     On CUDA the rig's arguments as they are; on the CPU build the managed ones without what it
     cannot run (roles/vllm/cpu.py; ``cpus``: the host's allowed CPUs). ``vllm_extra_args``
-    come last either way."""
+    come last either way. ``member``: this rig's place in its cluster (roles/cluster), None
+    when it serves alone."""
     vllm = VllmSettings.of(settings)
     extra = [str(a) for a in vllm.vllm_extra_args or []]
-    managed = managed_args(vllm, model_dir)
+    managed = managed_args(vllm, model_dir, member)
     if vllm.vllm_device == "cpu":
         managed, notes, env = cpu_serve_args(managed, settings, cpus)
         if "--enforce-eager" in extra:
@@ -86,47 +90,62 @@ def managed_check(settings: Any, args: list[str]) -> dict:
     return {"extra_start": len(args) - len(extra), "managed": MANAGED, "aliases": ALIASES}
 
 
-def service_spec(settings: Any, model_dir: str, cpus: list[int] | None = None) -> ServiceSpec:
-    """vllm.service serving the checkpoint at ``model_dir``: what differs from the skeleton."""
+def service_spec(
+    settings: Any,
+    model_dir: str,
+    cpus: list[int] | None = None,
+    member: ClusterMember | None = None,
+) -> ServiceSpec:
+    """vllm.service serving the checkpoint at ``model_dir``: what differs from the skeleton.
+    ``member``: on a rig of a cluster what roles/cluster/unit.py ``cluster_unit`` changes (a
+    follower runs headless, with no readiness URL; the unit reaches the peer rigs and starts
+    after the cluster firewall)."""
     p = VllmPaths.from_data(settings)
     cfg = VllmSettings.of(settings)
-    args, _, cpu_env = served_args(cfg, model_dir, cpus or [])
+    args, _, cpu_env = served_args(cfg, model_dir, cpus or [], member)
     if cfg.vllm_device == "cpu":
-        return ServiceSpec.of(
-            settings,
-            p,
-            FOOTPRINT,
-            env={**service_env(settings, p.home), **cpu_env},
+        differs = dict(
+            env={**service_env(settings, p.home, member=member), **cpu_env},
             description=f"vLLM OpenAI-compatible server, CPU build ({cfg.vllm_served_model_name})",
-            documentation=f"https://docs.vllm.ai/en/v{cfg.vllm_version}/",
             exec_start=exec_line([p.python, f"{p.bin}/vllm_cli.py", "serve", *args]),
             optional_env_files=(api_key_env_file(p),),
-            stop_timeout_s=60,
-            restart_sec=15,
         )
+    else:
+        differs = dict(
+            env=service_env(settings, p.home, cuda_env(settings), member),
+            description=f"vLLM OpenAI-compatible server ({cfg.vllm_served_model_name})",
+            exec_start=exec_start(p.venv, args),
+            requires=("rigup-gpu-power.service", "rigup-nvlink.service"),
+            requires_comment=(
+                "# Power limit applied and NVLink verified at boot (roles/nvidia) before the model "
+                "loads; with\n# nvlink_required an unverified bridge keeps vLLM down "
+                "(journalctl -u rigup-nvlink says why)."
+            ),
+            optional_env_files=(
+                api_key_env_file(p),
+                (
+                    "# NCCL settings and extra vllm flags derived from the verified interconnect "
+                    "(rigup-nvlink):\n# NCCL_P2P_LEVEL=NVL over a verified bridge, else "
+                    "NCCL_P2P_DISABLE=1 + --disable-custom-all-reduce",
+                    NvidiaPaths.from_data(settings).interconnect_env,
+                ),
+            ),
+        )
+    ready = leader_ready_exec(
+        watch_script(settings),
+        local_probe_url(str(cfg.vllm_host), cfg.vllm_port, "/v1/completions"),
+        cfg.vllm_served_model_name,
+        settings.get("cluster_probe_timeout_s"),
+    )
+    differs = cluster_unit(member, differs, ready)
     return ServiceSpec.of(
         settings,
         p,
         FOOTPRINT,
-        env=service_env(settings, p.home, cuda_env(settings)),
-        description=f"vLLM OpenAI-compatible server ({cfg.vllm_served_model_name})",
         documentation=f"https://docs.vllm.ai/en/v{cfg.vllm_version}/",
-        exec_start=exec_start(p.venv, args),
-        requires=("rigup-gpu-power.service", "rigup-nvlink.service"),
-        requires_comment=(
-            "# Power limit applied and NVLink verified at boot (roles/nvidia) before the model "
-            "loads; with\n# nvlink_required an unverified bridge keeps vLLM down "
-            "(journalctl -u rigup-nvlink says why)."
-        ),
-        optional_env_files=(
-            api_key_env_file(p),
-            (
-                "# NCCL settings and extra vllm flags derived from the verified interconnect "
-                "(rigup-nvlink):\n# NCCL_P2P_LEVEL=NVL over a verified bridge, else "
-                "NCCL_P2P_DISABLE=1 + --disable-custom-all-reduce",
-                NvidiaPaths.from_data(settings).interconnect_env,
-            ),
-        ),
+        **differs,
+        # a broken engine took 20-30 s to stop on SIGTERM (the CPU build, two rigs in network
+        # namespaces); above that, so SIGKILL never cuts a clean stop short
         stop_timeout_s=60,
         restart_sec=15,
     )
@@ -191,14 +210,19 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
     cfg = VllmSettings.of(settings)
     device = cfg.vllm_device
     cpus = parse_cpu_list(host.get_fact(AllowedCpus) or "0") if device == "cpu" else []
-    args, notes, _ = served_args(settings, llm.path, cpus)
+    # many rigs (roles/cluster); None when serving alone. Imported here: roles.cluster.group
+    # reads roles.vllm.settings, whose package is this one.
+    from roles.cluster.inventory import this_member
+
+    member = this_member(settings)
+    args, notes, _ = served_args(settings, llm.path, cpus, member)
     for note in notes:
         logger.info(f"[{host.name}] vLLM on the CPU: {note}")
     key_env = cfg.vllm_api_key_env
     key = api_key_or_refuse(
         "vLLM", "vllm_host", cfg.vllm_host, key_env, os.environ.get(key_env), p.api_key_file
     )
-    svc = GpuService(settings, service_spec(settings, llm.path, cpus))
+    svc = GpuService(settings, service_spec(settings, llm.path, cpus, member))
     svc.account("rigup vLLM service")
     svc.directories(root_owned=(p.root, p.bin, p.lib, p.etc))
     svc.api_key(key, key_env, p.secrets_dir, p.api_key_file, "VLLM_API_KEY")

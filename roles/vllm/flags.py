@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from roles.cluster.member import ClusterMember
 from roles.common.command_line import exec_line
 from roles.common.setting import render
 from roles.common.urls import local_probe_url
@@ -34,14 +35,18 @@ LOOPBACK_ENV = {
 }
 
 
-def serve_args(data: Mapping[str, Any] | Any, model_dir: str) -> list[str]:
+def serve_args(
+    data: Mapping[str, Any] | Any, model_dir: str, member: ClusterMember | None = None
+) -> list[str]:
     """Arguments that follow ``vllm serve`` for the checkpoint at ``model_dir``: the managed ones
     (:func:`managed_args`) then ``vllm_extra_args``."""
     extra = VllmSettings.of(data).vllm_extra_args or []
-    return [*managed_args(data, model_dir), *(str(a) for a in extra)]
+    return [*managed_args(data, model_dir, member), *(str(a) for a in extra)]
 
 
-def managed_args(data: Mapping[str, Any] | Any, model_dir: str) -> list[str]:
+def managed_args(
+    data: Mapping[str, Any] | Any, model_dir: str, member: ClusterMember | None = None
+) -> list[str]:
     """The arguments rigup's settings decide (no ``vllm_extra_args``): the checkpoint, then each
     flag of roles/vllm/settings.py ``SETTINGS`` in its declared order and form
     (roles.common.setting: a value, a ``--x``/``--no-x`` switch, compact JSON, nothing when off).
@@ -50,12 +55,19 @@ def managed_args(data: Mapping[str, Any] | Any, model_dir: str) -> list[str]:
     ``--max-model-len`` and ``--max-num-batched-tokens`` in tokens, ``--block-size`` in tokens per
     KV block, ``--gpu-memory-utilization`` as a fraction of each GPU's memory. The speculative
     config is compact JSON (``{"method":"mtp","num_speculative_tokens":3}``), as the seed used it.
+    ``member``: on a rig of a cluster (roles/cluster) its multi-node flags follow
+    (``--pipeline-parallel-size``, ``--nnodes``, ``--node-rank``, ``--master-addr``,
+    ``--master-port``, ``--headless`` on followers: ``ClusterMember.vllm_args``).
     """
-    return [model_dir, *render(SETTINGS, VllmSettings.of(data))]
+    cluster = member.vllm_args() if member else []
+    return [model_dir, *render(SETTINGS, VllmSettings.of(data)), *cluster]
 
 
 def service_env(
-    data: Mapping[str, Any] | Any, home: str, toolkit: Mapping[str, str] | None = None
+    data: Mapping[str, Any] | Any,
+    home: str,
+    toolkit: Mapping[str, str] | None = None,
+    member: ClusterMember | None = None,
 ) -> dict[str, str]:
     """Environment of the vLLM service (written to a 0640 env file, not the unit).
 
@@ -64,7 +76,9 @@ def service_env(
     socket the engine opens for itself listens on loopback (:data:`LOOPBACK_ENV`, and
     ``PYTHONPATH`` naming the directory of files/vllm/sitecustomize.py).
     ``toolkit``: CUDA_HOME and PATH of the pinned CUDA toolkit (roles.nvidia.cuda_env), for the
-    kernels FlashInfer and Triton compile at run time. ``vllm_env`` overrides any of these.
+    kernels FlashInfer and Triton compile at run time. ``member``: on a rig of a cluster, vLLM's
+    address and gloo's and NCCL's interface are the private link's (``ClusterMember.env``), not
+    loopback. ``vllm_env`` overrides any of these.
     """
     env = {
         **(toolkit or {}),
@@ -81,6 +95,7 @@ def service_env(
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         **LOOPBACK_ENV,
+        **(member.env() if member else {}),
         # files/vllm/sitecustomize.py: torch.distributed's store on that loopback address too
         # (torch binds it to every interface otherwise)
         "PYTHONPATH": VllmPaths.from_data(data).lib,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from roles.cluster.settings import CLUSTER_ALIASES, CLUSTER_FLAGS
 from roles.common.checks import (
     ENV_NAME,
     SAFE_NAME,
@@ -202,9 +203,17 @@ OPTIONAL: tuple[str, ...] = optional(SETTINGS)
 #: vLLM's own parser on the whole line as well: files/vllm/check_args.py --managed). The
 #: checkpoint is `vllm serve`'s positional argument (``--model`` is its other spelling), the placed
 #: model_llm_manifest; every other flag is declared in :data:`SETTINGS`.
-MANAGED: dict[str, str] = {"--model": "model_llm_manifest", **managed_flags(SETTINGS)}
+MANAGED: dict[str, str] = {
+    "--model": "model_llm_manifest",
+    **managed_flags(SETTINGS),
+    **CLUSTER_FLAGS,  # many rigs (roles/cluster): the multi-node flags
+}
 #: vLLM 0.22.1's other spellings of managed flags (vllm/engine/arg_utils.py)
-ALIASES: dict[str, str] = {"-tp": "--tensor-parallel-size", "-sc": "--speculative-config"}
+ALIASES: dict[str, str] = {
+    "-tp": "--tensor-parallel-size",
+    "-sc": "--speculative-config",
+    **CLUSTER_ALIASES,
+}
 
 
 def cpu_build_lock(values: Mapping[str, Any]) -> list[str]:

@@ -262,3 +262,16 @@ def pytest_configure(config: pytest.Config) -> None:
         "serving(name): the test needs the unit serving; skipped with the reason when the host "
         "is in the other GPU mode (the unit is stopped there by design)",
     )
+
+
+# ---- many rigs (roles/cluster) ----------------------------------------------------------------
+@pytest.fixture(scope="session")
+def cluster_member(rig, request):
+    """This rig's place in its cluster (roles/cluster/member.py ``ClusterMember``), from the
+    whole inventory as the deploy reads it; None when it serves alone."""
+    from roles.cluster.group import member_of
+
+    if (rig.data.get("vllm_nnodes") or 1) == 1:
+        return None
+    hosts = _load_hosts(request.config.getoption("--inventory"))
+    return member_of(rig.name, {h.name: h.data for h in hosts})

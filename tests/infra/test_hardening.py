@@ -10,6 +10,7 @@ import re
 import pytest
 
 from lab.hub_lab import HUB_UNIT
+from roles.cluster.unit import ENGINE_UNIT
 from roles.comfyui.footprint import FOOTPRINT
 from roles.comfyui.paths import ComfyuiPaths
 from roles.common.facts import ListeningSockets
@@ -97,7 +98,16 @@ def _api_beyond_loopback(data, unit: str, port: int) -> bool:
     return port == int(data.get(port_key)) and not is_loopback(str(data.get(host_key)))
 
 
-def test_rigup_services_listen_on_loopback_only(host, data):
+def _cluster_socket(member, unit: str, sock: dict) -> bool:
+    """True for a socket of the engine's unit (vllm.service) on a rig of a cluster (roles/cluster) that its engine
+    opens to the peer rigs: on the private address, or torch's store on the master port (bound
+    to every address); the cluster's firewall lets only the peers reach them."""
+    if member is None or unit != ENGINE_UNIT:
+        return False
+    return sock["address"] == member.address or sock["port"] == member.master_port
+
+
+def test_rigup_services_listen_on_loopback_only(host, data, cluster_member):
     """Every TCP socket a rigup service's processes listen on, in the mode the host is in
     (bin/rigup-lab lists both), is on loopback: the API, and the sockets vLLM's engine opens
     for itself (torch.distributed's store, gloo and NCCL, ZeroMQ; roles/vllm/flags.py
@@ -111,8 +121,10 @@ def test_rigup_services_listen_on_loopback_only(host, data):
                 continue
             line = f"{proc['unit']} {proc['name']} (pid {proc['pid']}) {where}"
             listing.append(line)
-            if not is_loopback(sock["address"]) and not _api_beyond_loopback(
-                data, proc["unit"], sock["port"]
+            if (
+                not is_loopback(sock["address"])
+                and not _api_beyond_loopback(data, proc["unit"], sock["port"])
+                and not _cluster_socket(cluster_member, proc["unit"], sock)
             ):
                 wide.append(line)
     print("rigup services listening:\n  " + "\n  ".join(sorted(set(listing)) or ["none"]))
@@ -124,7 +136,7 @@ def test_rigup_services_listen_on_loopback_only(host, data):
 
 
 @pytest.mark.parametrize("unit", list(API))
-def test_a_loopback_service_unit_allows_loopback_only(host, data, unit):
+def test_a_loopback_service_unit_allows_loopback_only(host, data, unit, cluster_member):
     """The second wall: a service whose API is bound to loopback gets no IP traffic from or to
     other hosts (IPAddressDeny=any, IPAddressAllow=localhost). systemd enforces it with a cgroup
     BPF filter, so only on the unified cgroup hierarchy (cgroup v2: Ubuntu 26.04); whether it is
@@ -139,8 +151,12 @@ def test_a_loopback_service_unit_allows_loopback_only(host, data, unit):
     assert got.get("IPAddressDeny") == {"0.0.0.0/0", "::/0"}, (
         f"{unit} does not deny other addresses: {got}; re-run its deploy"
     )
-    assert got.get("IPAddressAllow") == {"127.0.0.0/8", "::1/128"}, (
-        f"{unit} bound to loopback must allow loopback only: {got}; re-run its deploy"
+    # on a rig of a cluster vllm.service reaches its peer rigs too (roles/cluster/unit.py)
+    peers = cluster_member.peer_addresses if cluster_member and unit == ENGINE_UNIT else ()
+    allowed = {f"{p}/{128 if ':' in p else 32}" for p in peers}
+    assert got.get("IPAddressAllow") == {"127.0.0.0/8", "::1/128", *allowed}, (
+        f"{unit} bound to loopback must allow loopback (and its peer rigs) only: {got}; re-run "
+        "its deploy"
     )
     fs = host.run("stat -fc %T /sys/fs/cgroup").stdout.strip()
     print(f"{unit}: IP address filter {'in force' if fs == 'cgroup2fs' else 'NOT in force'} ({fs})")

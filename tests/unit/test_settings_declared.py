@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from roles.cluster import settings as cluster_settings
+from roles.cluster.settings import CLUSTER_FLAGS
 from roles.common.checks import integer
 from roles.common.pyinfra_keys import UNDECLARED_CONNECTOR_KEYS, pyinfra_keys
 from roles.common.setting import (
@@ -240,8 +242,12 @@ def test_a_new_served_flag_is_one_declaration(settings):
 
 def test_every_managed_vllm_flag_but_the_checkpoint_is_declared():
     declared = managed_flags(vllm_settings.SETTINGS)
-    assert set(vllm_settings.MANAGED) - set(declared) == {"--model"}
-    assert set(vllm_settings.ALIASES.values()) <= set(declared)
+    # and the multi-node flags a rig of a cluster renders from its place in the cluster
+    # (roles/cluster/member.py ``ClusterMember.vllm_args``), each from declared settings
+    assert set(vllm_settings.MANAGED) - set(declared) == {"--model", *CLUSTER_FLAGS}
+    keys = {v.split()[0] for v in CLUSTER_FLAGS.values()}
+    assert keys <= {s.name for s in cluster_settings.SETTINGS}
+    assert set(vllm_settings.ALIASES.values()) <= set(declared) | set(CLUSTER_FLAGS)
 
 
 # ---- typed reads ---------------------------------------------------------------------------------

@@ -126,6 +126,19 @@ def test_managed_flag_table():
             "--tool-call-parser": "vllm_tool_call_parser",
             "--override-generation-config": "vllm_override_generation_config",
             "--api-key": "vllm_api_key_env",
+            # many rigs (roles/cluster): the multi-node flags
+            "--pipeline-parallel-size": "vllm_pipeline_parallel_size",
+            "--nnodes": "vllm_nnodes",
+            "--node-rank": "vllm_node_rank",
+            "--master-addr": "cluster_private_address (the leader's)",
+            "--master-port": "vllm_master_port",
+            "--headless": "vllm_node_rank (followers)",
         }.items()
     )
-    assert ALIASES == {"-tp": "--tensor-parallel-size", "-sc": "--speculative-config"}
+    assert ALIASES == {
+        "-tp": "--tensor-parallel-size",
+        "-sc": "--speculative-config",
+        "-pp": "--pipeline-parallel-size",
+        "-n": "--nnodes",
+        "-r": "--node-rank",
+    }

@@ -1,6 +1,6 @@
 """vLLM's ``/metrics`` (Prometheus text) read into the figures rigup-doctor and rigup-bench use.
 
-Standard library only and pure: installed on the host as ``rigup_metrics.py``. The metric names
+Standard library only and pure: part of the package rigup on the host (rigup.metrics). The metric names
 are vLLM 0.22.1's (v1/metrics/loggers.py, v1/spec_decode/metrics.py); counters are exposed with
 a ``_total`` suffix by prometheus_client. Every family is summed over its ``engine`` label (one
 engine per data-parallel rank).

@@ -1,6 +1,6 @@
 """rigup-report: the rig as a paste-ready forum post, in English and in Chinese.
 
-Standard library only; installed on the host as ``rigup_report.py``. :func:`gather` reads the
+Standard library only; part of the package rigup on the host (rigup.report). :func:`gather` reads the
 host (read-only: nvidia-smi, /etc/os-release, the venv's package metadata, doctor.json, the
 latest rigup-bench record, a rigup-doctor run); :func:`render` writes the post from those facts
 (pure, so the unit tests render captured facts); :func:`redact` removes what identifies the
@@ -18,14 +18,8 @@ import re
 import socket
 from typing import Any
 
-try:  # on the host: installed beside this module by rigup
-    import rigup_bench as bench
-    import rigup_doctor as doctor
-    import rigup_nvidia as nv
-except ImportError:  # on the controller
-    from roles.doctor import bench
-    from roles.doctor import checks as doctor
-    from roles.nvidia import parsers as nv
+from rigup import bench, doctor
+from rigup import nvidia as nv
 
 REPORT_GPU_FIELDS = ("index", "name", "memory.total", "power.limit", "serial", "uuid")
 

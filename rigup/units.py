@@ -1,9 +1,9 @@
 """systemd units as rigup's on-host tools read them: ``systemctl show``, the journal of a unit's
 last runs, and what both say (the diagnosis library's verdicts).
 
-Standard library only: installed on the host as ``rigup_units.py`` beside the package ``rigup_diagnosis``
-(``<prefix>/lib``, with ``rigup-explain``, which rigup-start runs when a unit does not come up;
-and in rigup-doctor's library). The parsers are pure; the two readers take a ``runner``
+Standard library only: part of the package rigup (as rigup.units, beside rigup.diagnosis) in
+``<prefix>/lib``, for ``rigup-explain``, which rigup-start runs when a unit does not come up;
+and in rigup-doctor's ``lib``. The parsers are pure; the two readers take a ``runner``
 (``argv -> (exit status, output)``) so testinfra runs the same code over SSH.
 """
 
@@ -14,10 +14,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-try:  # on the host: installed beside this module by rigup
-    import rigup_diagnosis as diagnosis
-except ImportError:  # on the controller
-    from roles.common import diagnosis
+from rigup import diagnosis
 
 Runner = Callable[[list[str]], tuple[int, str]]
 
@@ -87,7 +84,7 @@ def _seconds(value: str) -> str:
 
 
 def unit_state(props: Mapping[str, str], **extra: Any) -> dict[str, Any]:
-    """The state :func:`rigup_diagnosis.classify_unit` reads, from ``systemctl show``'s
+    """The state :func:`rigup.diagnosis.classify_unit` reads, from ``systemctl show``'s
     properties (``extra``: ``mode``, ``mode_active``, ``arm``, ``dropin``)."""
     restarts = props.get("NRestarts", "0")
     return {

@@ -22,9 +22,9 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 
+from rigup import diagnosis
 from roles.base import settings as base_settings
 from roles.comfyui import settings as comfyui_settings
-from roles.common import diagnosis
 from roles.common.checks import Check, contains
 from roles.common.converge import hold_converge_lock
 from roles.common.pyinfra_keys import is_pyinfra_key, pyinfra_keys

@@ -2,7 +2,7 @@
 running vllm.service, with /metrics deltas, GPU readings, a prefix-cache self-test, A/B arms and
 a JSON record per run.
 
-Standard library only; installed on the host as the package ``rigup_bench``. The load generator
+Standard library only; part of the package rigup on the host (rigup.bench). The load generator
 is vLLM's: ``<vLLM venv>/bin/python <vLLM bin>/vllm_cli.py bench serve ...`` (the same entry point
 on the GPU and the CPU build of vLLM), with the served model's tokenizer from the placed
 checkpoint.

@@ -9,12 +9,7 @@ import shutil
 import signal
 from typing import Any
 
-try:  # on the host: installed beside this package by rigup
-    import rigup_metrics as metrics
-    import rigup_units as units
-except ImportError:  # on the controller
-    from roles.common import units
-    from roles.doctor import metrics
+from rigup import metrics, units
 
 from .core import Host, Interrupted, Refused
 from .rows import read_scrape

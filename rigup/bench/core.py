@@ -9,11 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-try:  # on the host: installed beside this package by rigup
-    import rigup_doctor as doctor
-except ImportError:  # on the controller
-    from roles.doctor import checks as doctor
-
+from rigup import doctor
 
 RESULT_KEYS = (
     "duration",

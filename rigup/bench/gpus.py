@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-try:  # on the host: installed beside this package by rigup
-    import rigup_doctor as doctor
-except ImportError:  # on the controller
-    from roles.doctor import checks as doctor
+from rigup import doctor
 
 from .core import GPU_FIELDS, HEAT_SOAK_C, Host
 

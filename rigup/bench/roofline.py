@@ -10,7 +10,7 @@ vllm/transformers_utils/configs/qwen3_5.py; AutoRound's quantization_config). No
 biases, one embedding row per token, activations (together well under 0.1 % for the 27B), and
 the MTP head, which drafts with its own small steps.
 
-Standard library only (installed on the rig inside ``rigup_bench``).
+Standard library only (installed on the rig inside ``rigup.bench``).
 """
 
 from __future__ import annotations

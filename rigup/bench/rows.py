@@ -11,14 +11,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-try:  # on the host: installed beside this package by rigup
-    import rigup_diagnosis as diagnosis
-    import rigup_doctor as doctor
-    import rigup_metrics as metrics
-except ImportError:  # on the controller
-    from roles.common import diagnosis
-    from roles.doctor import checks as doctor
-    from roles.doctor import metrics
+from rigup import diagnosis, doctor, metrics
 
 from .core import HOW, RESULT_KEYS, UNITS, Host
 

@@ -9,12 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-try:  # on the host: installed beside this package by rigup
-    import rigup_doctor as doctor
-    import rigup_units as units
-except ImportError:  # on the controller
-    from roles.common import units
-    from roles.doctor import checks as doctor
+from rigup import doctor, units
 
 from . import roofline
 from .arms import Signals, apply_arm, restore, service_snapshot

@@ -1,7 +1,7 @@
 """rigup's diagnoses: one table of signatures, and the functions that turn tool output into verdicts.
 
 Standard library only and pure (no I/O): the deploy imports it from the controller, and rigup
-installs it on the host beside rigup_nvidia as the package ``rigup_diagnosis``, where the boot units
+installs it on the host in the package rigup (rigup.diagnosis, beside rigup.nvidia), where the boot units
 (rigup-gpu-power, rigup-nvlink), rigup-nvidia-diagnose and testinfra's messages use the same
 verdicts. A fault is described here once.
 

@@ -1,6 +1,6 @@
 """The diagnosis library's types and readers: severities, sources, :class:`Signature`,
 :class:`Verdict`, and the functions that read a source's text or state with the table
-(:data:`rigup_diagnosis.SIGNATURES`, assembled by the package from its source modules)."""
+(:data:`rigup.diagnosis.SIGNATURES`, assembled by the package from its source modules)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 OK, WARN, FAIL = "ok", "warn", "fail"
 SEVERITIES = (OK, WARN, FAIL)
 
-#: What a signature reads. ``driver-state`` is the dict of rigup_nvidia.parse_driver_state.
+#: What a signature reads. ``driver-state`` is the dict of rigup.nvidia.parse_driver_state.
 SOURCES = (
     "nvidia-smi",
     "kernel-log",

@@ -1,4 +1,4 @@
-"""Signatures of the driver state (rigup_nvidia.parse_driver_state): why the NVIDIA kernel
+"""Signatures of the driver state (rigup.nvidia.parse_driver_state): why the NVIDIA kernel
 module is not loaded, or not the one userspace expects; :func:`classify_driver_state`."""
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ _DRIVER_STATE: list[Signature] = [
 
 
 def classify_driver_state(state: Mapping[str, Any]) -> list[Verdict]:
-    """Diagnose the driver from its state (rigup_nvidia.parse_driver_state, plus the optional
+    """Diagnose the driver from its state (rigup.nvidia.parse_driver_state, plus the optional
     ``gpu_drivers``: the kernel driver bound to each NVIDIA GPU on the PCI bus; ``install_path``;
     ``kernel_log`` lines; ``dkms_output`` lines). A driver that is not loaded is ONE verdict,
     ``driver-not-loaded/<cause>``, with the first cause found, in this order: nouveau bound, DKMS

@@ -38,7 +38,7 @@ def pci_slot(bus_id: str) -> str:
 
 def gpu_labels(gpus: Iterable[Any]) -> dict[str, str]:
     """``{pci slot: "GPU <index> (<name>)"}`` from rigup's GPU query rows (objects or dicts with
-    ``index``, ``pci_bus_id`` and ``name``, as rigup_nvidia.query_gpus gives them); rows without
+    ``index``, ``pci_bus_id`` and ``name``, as rigup.nvidia.query_gpus gives them); rows without
     a bus id are skipped."""
     out = {}
     for gpu in gpus:

@@ -276,6 +276,6 @@ _NVLINK: list[Signature] = [
 
 def classify_nvlink(state: Mapping[str, Any]) -> list[Verdict]:
     """Verdicts about NVLink: ``state`` holds ``required``, ``active`` ({gpu: active links}),
-    ``pairs`` ({(i, j): "NV4"}), ``problems`` (rigup_nvidia.verify_interconnect's) and
+    ``pairs`` ({(i, j): "NV4"}), ``problems`` (rigup.nvidia.verify_interconnect's) and
     ``errors`` ([{"gpu", "link", "kind", "count"}] from ``nvidia-smi nvlink -e``)."""
     return classify_state("nvlink", state)

@@ -188,6 +188,6 @@ _KERNEL_LOG: list[Signature] = [
 
 def classify_kernel_log(text: str | None, gpus: Mapping[str, str] | None = None) -> list[Verdict]:
     """Xid events, GSP timeouts, CPU traps, the OOM killer and module-loading refusals in kernel
-    log lines (journalctl -k, dmesg). ``gpus`` (:func:`rigup_diagnosis.gpu_labels` of
+    log lines (journalctl -k, dmesg). ``gpus`` (:func:`rigup.diagnosis.gpu_labels` of
     nvidia-smi's rows: ``{pci slot: "GPU 1 (NVIDIA GeForce RTX 3090)"}``) names the GPUs."""
     return classify_lines("kernel-log", text, {"gpus": gpus or {}})[0]

@@ -1,4 +1,4 @@
-"""Signatures of a window of vLLM's /metrics (rigup_metrics.window): prefix cache, speculative
+"""Signatures of a window of vLLM's /metrics (rigup.metrics.window): prefix cache, speculative
 decoding, preemptions, KV cache; :func:`classify_metrics`."""
 
 from __future__ import annotations
@@ -327,6 +327,6 @@ _METRICS: list[Signature] = [
 
 
 def classify_metrics(window: Mapping[str, Any]) -> list[Verdict]:
-    """The verdicts of one /metrics window (rigup_metrics.window): prefix cache, speculative
+    """The verdicts of one /metrics window (rigup.metrics.window): prefix cache, speculative
     decoding, preemptions, KV cache."""
     return classify_state("metrics", window)

@@ -1,10 +1,10 @@
 """rigup-doctor's checks: read the host, name what is wrong with the diagnosis library.
 
-Standard library only; installed on the host as the package ``rigup_doctor`` (with
-rigup_diagnosis, rigup_nvidia, rigup_units and rigup_metrics beside it). Read-only: it runs
+Standard library only; part of the package rigup (as rigup.doctor, with rigup.diagnosis,
+rigup.nvidia, rigup.units and rigup.metrics), installed in the doctor's ``lib`` on the host. Read-only: it runs
 nvidia-smi's queries, ``systemctl show``, ``journalctl``, ``uv pip sync --dry-run``, reads vLLM's
 /health and /metrics and the filesystem's free space; it changes nothing. Every verdict comes from the one table of
-signatures (rigup_diagnosis): this package only gathers what the signatures read.
+signatures (rigup.diagnosis): this package only gathers what the signatures read.
 
 The host's facts come from the doctor's configuration (``/etc/rigup/doctor/doctor.json``,
 rendered from the settings by roles/doctor/config.py). Commands go through a ``runner``
@@ -38,7 +38,7 @@ from .disk import (
     out_of_reach,
     uv_dry_run_argv,
 )
-from .gpus import _number as _number  # read by rigup_report
+from .gpus import _number as _number  # read by rigup.report
 from .gpus import (
     check_driver,
     check_gpus,

@@ -10,12 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-try:  # on the host: installed beside this package by rigup
-    import rigup_diagnosis as diagnosis
-    import rigup_units as units
-except ImportError:  # on the controller
-    from roles.common import diagnosis, units
-
+from rigup import diagnosis, units
 
 Runner = Callable[[list[str]], tuple[int, str]]
 Fetch = Callable[[str], tuple[int, str]]

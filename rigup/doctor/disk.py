@@ -5,10 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-try:  # on the host: installed beside this package by rigup
-    import rigup_diagnosis as diagnosis
-except ImportError:  # on the controller
-    from roles.common import diagnosis
+from rigup import diagnosis
 
 from .core import Runner, Section, run
 

@@ -5,12 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-try:  # on the host: installed beside this package by rigup
-    import rigup_diagnosis as diagnosis
-    import rigup_nvidia as nv
-except ImportError:  # on the controller
-    from roles.common import diagnosis
-    from roles.nvidia import parsers as nv
+from rigup import diagnosis
+from rigup import nvidia as nv
 
 from .core import APPS_QUERY, TELEMETRY_FIELDS, Runner, Section, run
 

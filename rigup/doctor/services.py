@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-try:  # on the host: installed beside this package by rigup
-    import rigup_diagnosis as diagnosis
-    import rigup_units as units
-except ImportError:  # on the controller
-    from roles.common import diagnosis, units
+from rigup import diagnosis, units
 
 from .core import Runner, Section, run
 

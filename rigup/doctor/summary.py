@@ -7,10 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-try:  # on the host: installed beside this package by rigup
-    import rigup_diagnosis as diagnosis
-except ImportError:  # on the controller
-    from roles.common import diagnosis
+from rigup import diagnosis
 
 from .core import SECTIONS, Fetch, Runner, Section, fetch, run
 from .disk import check_disk, check_venvs

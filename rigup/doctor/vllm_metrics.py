@@ -5,12 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-try:  # on the host: installed beside this package by rigup
-    import rigup_diagnosis as diagnosis
-    import rigup_metrics as metrics
-except ImportError:  # on the controller
-    from roles.common import diagnosis
-    from roles.doctor import metrics
+from rigup import diagnosis, metrics
 
 from .core import Fetch, Section, fetch
 

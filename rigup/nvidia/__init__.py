@@ -1,13 +1,12 @@
 """Parsers for ``nvidia-smi`` and related tool output. Pure functions, standard library only.
 
-This package is also installed on the target next to the on-target scripts
+This package (rigup.nvidia) is also installed on the target with the on-target scripts
 (files/nvidia/rigup-gpu-power, files/nvidia/rigup-nvlink), so the deploy, the boot-time units and
 the tests read the tools' output with the same code. Every parser is tested on real captured
 output (tests/fixtures: 2x H200 captured with driver 580.159.04; RTX 3090 layouts from owners'
 reports).
 
-What a failure means lives in the diagnosis library (roles/common/diagnosis, installed beside
-this package as ``rigup_diagnosis``): the readers here return its verdicts for what they cannot
+What a failure means lives in the diagnosis table (rigup.diagnosis, beside this package): the readers here return its verdicts for what they cannot
 read as data, and never raise on a tool's output, whatever its exit status.
 
 Shapes (units in the names): power in W, link speed in GB/s, versions as strings.

@@ -6,11 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-try:  # on the host: installed beside this package by rigup
-    import rigup_diagnosis as diagnosis
-except ImportError:  # on the controller
-    from roles.common import diagnosis
-
+from rigup import diagnosis
 
 _NVRM = re.compile(r"NVRM version: (.*?Kernel Module.*?)\s+(\d+\.\d+(?:\.\d+)?)\s")
 

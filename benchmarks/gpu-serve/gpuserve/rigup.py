@@ -1,6 +1,6 @@
 """rigup's own code on a machine without pyinfra: the pure modules (``roles.vllm.flags``, the
-settings in inventory/group_data/all.py) and the host libraries rigup-doctor and rigup-bench
-run on a rig (``rigup_bench``, ``rigup_doctor``, ``rigup_metrics``, ``rigup_diagnosis``).
+settings in inventory/group_data/all.py) and the host package rigup-doctor, rigup-bench and
+rigup-nvlink run on a rig (``rigup``: rigup.bench, rigup.doctor, rigup.metrics, rigup.diagnosis).
 
 Some rigup packages' ``__init__`` is a pyinfra deploy (``roles.vllm``, ``roles.doctor``); the
 modules this check needs inside them are pure. :func:`pure` imports such a module with those
@@ -51,16 +51,14 @@ def settings() -> dict[str, Any]:
     return {k: v for k, v in module.items() if not k.startswith("_")}
 
 
-def host_libraries(lib: Path) -> Path:
-    """rigup's host libraries (roles/doctor/paths.py LIBRARIES) under their host names in
-    ``lib`` (symlinks), first on ``sys.path``, as on a rig. Returns ``lib``."""
-    libraries = pure("roles.doctor.paths").LIBRARIES
+def host_package(lib: Path) -> Path:
+    """rigup's host package (the repository's rigup/, roles/common/libraries.py) as
+    ``lib/rigup`` (a symlink), ``lib`` first on ``sys.path``, as on a rig. Returns ``lib``."""
     lib.mkdir(parents=True, exist_ok=True)
-    for name, src in libraries.items():
-        link = lib / (name if src.is_dir() else f"{name}.py")
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        os.symlink(src, link)
+    link = lib / "rigup"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    os.symlink(REPO / "rigup", link)
     if str(lib) not in sys.path:
         sys.path.insert(0, str(lib))
     return lib

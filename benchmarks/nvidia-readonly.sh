@@ -63,7 +63,7 @@ PY
 cfg=$(mktemp -d)
 printf '{"gpu_count": %s, "expected_links": %s, "required": true}\n' "$gpus" "$links" > "$cfg/nvlink.json"
 printf '{"gpu_count": %s, "power_limit_w": %s, "persistence_mode": true}\n' "$gpus" "$watts" > "$cfg/power.json"
-mkdir -p "$cfg/lib" "$cfg/bin" && cp -r roles/nvidia/parsers "$cfg/lib/rigup_nvidia" && cp -r roles/common/diagnosis "$cfg/lib/rigup_diagnosis" && cp files/nvidia/rigup-* "$cfg/bin/"
+mkdir -p "$cfg/lib" "$cfg/bin" && cp -r rigup "$cfg/lib/rigup" && cp files/nvidia/rigup-* "$cfg/bin/"
 { echo "## rigup-nvlink --json (no --env-out: check only)"; $py "$cfg/bin/rigup-nvlink" --json --config "$cfg/nvlink.json"; echo "exit $?"
   echo "## rigup-gpu-power check (read-back only, never apply here)"; $py "$cfg/bin/rigup-gpu-power" check --config "$cfg/power.json"; echo "exit $?"
   echo "## rigup-nvidia-diagnose"; $py "$cfg/bin/rigup-nvidia-diagnose"; echo "exit $?"

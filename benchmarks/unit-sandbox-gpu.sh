@@ -75,8 +75,7 @@ service filtered-userns "$work/service.so" $user unshare --user --map-current-us
 # The boot units' configuration from the inventory's settings, and their on-host tools.
 mkdir -p "$work/bin" "$work/lib"
 cp "$repo"/files/nvidia/rigup-* "$work/bin/"
-cp -r "$repo/roles/nvidia/parsers" "$work/lib/rigup_nvidia"
-cp -r "$repo/roles/common/diagnosis" "$work/lib/rigup_diagnosis"
+cp -r "$repo/rigup" "$work/lib/rigup"
 read -r gpus links watts < <(sed -n 's/.*"nvidia_gpu_count": \([0-9]*\).*/\1/p; s/.*"nvlink_expected_links": \([0-9]*\).*/\1/p' "$repo/$inventory" | tr '\n' ' '; echo 290)
 printf '{"gpu_count": %s, "expected_links": %s, "required": true}\n' "$gpus" "$links" > "$work/nvlink.json"
 printf '{"gpu_count": %s, "power_limit_w": %s, "persistence_mode": true}\n' "$gpus" "$watts" > "$work/power.json"

@@ -1,42 +1,46 @@
-"""rigup's standard-library code on a host: a module, or a package of modules, of rigup's own
-installed under its host name (``rigup_diagnosis``, ``rigup_units``...) in a ``lib`` directory
-that the on-host scripts put first on their ``sys.path``."""
+"""rigup's host package on a host: the repository's ``rigup/`` (standard library only: the
+diagnosis table, the nvidia-smi readers, the unit reader, the doctor, the benchmark, the report)
+installed as the package ``rigup`` in a tool tree's ``lib`` directory, which the on-host scripts
+put first on their ``sys.path`` (their one line). The deploy imports the same package by the same
+name from the repository root."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from pyinfra import host
+from pyinfra.facts.files import FindDirectories, FindFiles
 from pyinfra.operations import files
 
+#: the package's source on the controller
+PACKAGE = Path(__file__).resolve().parents[2] / "rigup"
+#: its name on the host, and in the deploy
+PACKAGE_NAME = PACKAGE.name
 
-def library_path(name: str, src: Path) -> str:
-    """The file or directory name of the library ``name`` on the host: ``name.py`` for a
-    module, ``name`` for a package (a directory with ``__init__.py``)."""
-    return name if src.is_dir() else f"{name}.py"
 
-
-def host_library(name: str, src: Path, lib: str, what: str = "") -> Any:
-    """Install ``src`` (a module, or a package directory) as the importable ``name`` in
-    ``lib``; a package's files are synced (a module it no longer has is removed) and a module
-    file of the same name, which the package replaces, is removed. Returns the operation that
-    changes when the library's code changed."""
-    label = f"Library {library_path(name, src)}{f' ({what})' if what else ''}"
-    if not src.is_dir():
-        return files.put(name=label, src=str(src), dest=f"{lib}/{name}.py", mode="644")
+def host_package(lib: str) -> Any:
+    """Install rigup's host package as ``<lib>/rigup`` (its files synced: a module the package no
+    longer has is removed) and remove every other entry of ``lib``, which holds the package
+    alone (a module or package of another name there, which no deploy of this tree put, would
+    be code the scripts could import by mistake). Reads facts: call inside a deploy. Returns
+    the sync operation, which changes when the package's code changed."""
+    dest = f"{lib}/{PACKAGE_NAME}"
     op = files.sync(
-        name=label,
-        src=str(src),
-        dest=f"{lib}/{name}",
+        name=f"Package {PACKAGE_NAME} in {lib} (the rig's own code)",
+        src=str(PACKAGE),
+        dest=dest,
         mode="644",
         dir_mode="755",
         delete=True,
         exclude=["*.pyc"],
         exclude_dir=["__pycache__", "*/__pycache__"],
     )
-    files.file(
-        name=f"No module file {name}.py beside the package {name}",
-        path=f"{lib}/{name}.py",
-        present=False,
-    )
+    found_dirs = set(host.get_fact(FindDirectories, path=lib, maxdepth=1) or []) - {lib, dest}
+    found_files = set(host.get_fact(FindFiles, path=lib, maxdepth=1) or [])
+    what = f"Only the package {PACKAGE_NAME} in {lib}: remove"
+    for path in sorted(found_dirs):
+        files.directory(name=f"{what} {path}", path=path, present=False)
+    for path in sorted(found_files):
+        files.file(name=f"{what} {path}", path=path, present=False)
     return op

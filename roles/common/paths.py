@@ -17,7 +17,7 @@ class Layout:
     + uv_cache: uv's wheel cache; uv_venv / uv: the pinned uv and its venv
     + checks: stamps of passed on-host checks (``<state>/checks``)
     + bin, lib: rigup's commands shared by every service (rigup-start, rigup-explain,
-      wait-ready) and the standard-library modules they import (rigup_diagnosis, rigup_units)
+      wait-ready) and the package they import (``<lib>/rigup``, roles/common/libraries.py)
     """
 
     prefix: str

@@ -30,7 +30,7 @@ from pyinfra.operations.util import any_changed
 
 from roles.common.facts import ListeningSockets, UnitState
 from roles.common.footprint import ServiceFootprint
-from roles.common.libraries import host_library
+from roles.common.libraries import host_package
 from roles.common.operations import check_passes, secret_file
 from roles.common.paths import Layout, ServicePaths
 from roles.common.urls import is_loopback, local_probe_url, port_holders
@@ -331,25 +331,16 @@ def require_port_free(spec: ServiceSpec) -> None:
         )
 
 
-#: rigup's diagnosis library and unit reader, installed in ``<prefix>/lib`` for rigup-explain:
-#: name on the host -> source (a module, or a package directory)
-HOST_LIBRARIES = {
-    "rigup_diagnosis": Path(__file__).with_name("diagnosis"),
-    "rigup_units": Path(__file__).with_name("units.py"),
-}
-
-
 def service_tools(settings: Any) -> None:
     """``<prefix>/bin/wait-ready`` (the readiness wait of every service unit, ExecStartPost=),
     ``<prefix>/bin/rigup-start`` (start or restart units, failing with the journal unless
     each is up afterwards) and ``<prefix>/bin/rigup-explain`` (why a unit is not up: the
-    diagnosis library's verdicts, which rigup-start prints), with the libraries it imports in
-    ``<prefix>/lib``."""
+    diagnosis table's verdicts, which rigup-start prints), with the package it imports
+    (rigup: rigup.units, rigup.diagnosis) in ``<prefix>/lib``."""
     layout = Layout.from_data(settings)
     for path in (layout.bin, layout.lib):
         files.directory(name=f"Directory {path}", path=path, mode="755")
-    for name, src in HOST_LIBRARIES.items():
-        host_library(name, src, layout.lib)
+    host_package(layout.lib)
     for script, what in (
         ("wait-ready", "service readiness"),
         ("rigup-start", "honest starts"),

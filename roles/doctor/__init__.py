@@ -2,8 +2,8 @@
 
 + ``rigup-doctor`` (read-only, seconds, ``--json``, exit 0 ok / 1 warn / 2 fail): driver, GPUs,
   Xid events, NVLink, each GPU mode's services and their journal, vLLM's /metrics over a window,
-  free disk, venvs against their locks; every verdict from rigup's diagnosis library
-  (roles/common/diagnosis).
+  free disk, venvs against their locks; every verdict from rigup's diagnosis table
+  (rigup/diagnosis).
 + ``rigup-bench``: the seed's rows with vLLM's own ``vllm bench serve`` against vllm.service,
   /metrics deltas, GPU readings, a prefix-cache self-test, A/B arms through a temporary drop-in
   (restored and verified), a JSON record per run under ``<state>/bench``.
@@ -30,11 +30,11 @@ from pyinfra.facts.files import FindFiles
 from pyinfra.operations import files
 
 from roles.common.facts import AllowedCpus
-from roles.common.libraries import host_library
+from roles.common.libraries import host_package
 from roles.common.operations import check_passes, fingerprint
 from roles.common.paths import Layout
 from roles.doctor.config import arm_files, doctor_config
-from roles.doctor.paths import COMMANDS, FILES, LIBRARIES, LINK_DIR, DoctorPaths
+from roles.doctor.paths import COMMANDS, FILES, LINK_DIR, DoctorPaths
 from roles.doctor.settings import arm_problems
 from roles.model import PlacedModel
 from roles.vllm import LOCKS
@@ -45,7 +45,7 @@ from roles.vllm.paths import VllmPaths
 def model_record(llm: PlacedModel) -> dict[str, str]:
     """What the report says about the served checkpoint: name, revision, repo_id, state and
     description. The commit it is pinned to is read on the host from the placed record
-    (roles/doctor/report.py), not rendered here: a first converge writes the model's lock while it
+    (rigup/report.py), not rendered here: a first converge writes the model's lock while it
     runs, after this file was planned, so a commit here would change the file on the next run."""
     m = llm.manifest
     return {
@@ -59,7 +59,8 @@ def model_record(llm: PlacedModel) -> dict[str, str]:
 
 @deploy("Doctor")
 def doctor(settings, llm: PlacedModel) -> None:
-    """Install the three commands, their libraries, ``doctor.json`` and the benchmark arms for
+    """Install the three commands, the package rigup they run (rigup/doctor, rigup/bench,
+    rigup/report.py), ``doctor.json`` and the benchmark arms for
     the LLM ``llm`` (what roles.model.model returned in this run)."""
     dp = DoctorPaths.from_data(settings)
     cpus = (
@@ -69,8 +70,7 @@ def doctor(settings, llm: PlacedModel) -> None:
     )
     for path in (dp.root, dp.bin, dp.lib, dp.etc, dp.arms, dp.results):
         files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
-    for name, src in LIBRARIES.items():
-        host_library(name, src, dp.lib)
+    host_package(dp.lib)
     for name in COMMANDS:
         files.put(
             name=f"Command {name}", src=str(FILES / name), dest=f"{dp.bin}/{name}", mode="755"

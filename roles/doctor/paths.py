@@ -17,19 +17,6 @@ LINK_DIR = "/usr/local/bin"
 ARM_DROPIN_DIR = "/run/systemd/system/vllm.service.d"
 ARM_DROPIN = f"{ARM_DROPIN_DIR}/50-rigup-bench-arm.conf"
 
-ROLES = Path(__file__).resolve().parents[1]
-#: the host libraries the commands import: name on the host -> source (a module, or a package
-#: directory)
-LIBRARIES = {
-    "rigup_diagnosis": ROLES / "common" / "diagnosis",
-    "rigup_units": ROLES / "common" / "units.py",
-    "rigup_nvidia": ROLES / "nvidia" / "parsers",
-    "rigup_metrics": ROLES / "doctor" / "metrics.py",
-    "rigup_doctor": ROLES / "doctor" / "checks",
-    "rigup_bench": ROLES / "doctor" / "bench",
-    "rigup_report": ROLES / "doctor" / "report.py",
-}
-
 
 @dataclass(frozen=True)
 class DoctorPaths(ToolPaths):

@@ -6,8 +6,8 @@ inventory/group_data/all.py (rules in settings.py). Where things live:
 - settings.py    the rules of the layer's keys
 - paths.py       where the layer puts things on the host (NvidiaPaths), its units, cuda_env
 - facts.py       what the host says (PCI, driver state, packages, nvidia-smi, kernel, units)
-- parsers/       reading nvidia-smi and friends; installed on the host as rigup_nvidia/
-- roles/common/diagnosis/     what each fault means (one table); on the host rigup_diagnosis/
+- rigup/nvidia/  reading nvidia-smi and friends (the host package, on the host in ``<nvidia>/lib``)
+- rigup/diagnosis/  what each fault means (one table), in the same package
 - kernel.py      the running kernel's flavour -> Canonical's prebuilt module package
 - preflight.py   everything that refuses a host, before any change
 - cuda_headers.py  CUDA 13.0's crt/math_functions.h against glibc >= 2.42 (rsqrt noexcept)
@@ -50,7 +50,7 @@ __all__ = [
 def nvidia(settings) -> NvidiaLayer:
     """The whole NVIDIA layer, in order, for a host whose ``settings`` were checked
     (roles.settings.host_settings); returns what the deploys after it need."""
-    tools = install_tools(NvidiaPaths.from_data(settings))  # scripts, rigup_nvidia, rigup_diagnosis
+    tools = install_tools(NvidiaPaths.from_data(settings))  # scripts and the package rigup
     planned = nvidia_driver(settings, tools)  # refuses before any change; installs, holds, reboots
     cuda_toolkit(settings)  # CUDA 13.0 from NVIDIA's wheels, locked; needs no GPU
     has_driver = bool(host.get_fact(Which, command="nvidia-smi"))

@@ -1,5 +1,5 @@
 """Facts of the NVIDIA layer. Each ``process()`` is pure and tested on captured output
-(tests/unit/test_nvidia_role.py); the parsing itself lives in roles/nvidia/parsers."""
+(tests/unit/test_nvidia_role.py); the parsing itself lives in rigup/nvidia."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from roles.nvidia.cuda_headers import DECLARATION_GREP, parse_glibc_version
-from roles.nvidia.parsers import (
+from rigup.nvidia import (
     DRIVER_STATE_COMMAND,
     GPU_QUERY_COMMAND,
     ParseError,
@@ -18,6 +17,7 @@ from roles.nvidia.parsers import (
     parse_topology,
     read_gpu_query,
 )
+from roles.nvidia.cuda_headers import DECLARATION_GREP, parse_glibc_version
 
 #: PCI class codes of GPUs: 0x0300 VGA controller, 0x0302 3D controller (PCI SIG class codes).
 GPU_PCI_CLASSES = ("0x0300", "0x0302")

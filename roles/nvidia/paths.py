@@ -10,10 +10,6 @@ from roles.common.paths import Layout, ToolPaths
 
 #: rigup's files for this layer on the controller (scripts, unit templates, locks)
 FILES = Path(__file__).resolve().parents[2] / "files" / "nvidia"
-#: the diagnosis library (a package), installed on the host beside the parsers as rigup_diagnosis
-DIAGNOSIS_LIBRARY = Path(__file__).resolve().parents[1] / "common" / "diagnosis"
-#: the parsers (a package), installed on the host as rigup_nvidia
-PARSERS_LIBRARY = Path(__file__).with_name("parsers")
 
 POWER_UNIT = "rigup-gpu-power.service"
 NVLINK_UNIT = "rigup-nvlink.service"

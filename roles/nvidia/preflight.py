@@ -2,7 +2,7 @@
 
 :func:`driver_preflight` returns the problems (each one stops the run; the deploy raises
 ``DeployError`` with all of them) and the warnings (printed). What each driver, GPU and kernel
-fault means comes from the diagnosis library (roles/common/diagnosis), so the deploy, the boot
+fault means comes from the diagnosis library (rigup/diagnosis), so the deploy, the boot
 units, rigup-nvidia-diagnose and testinfra say the same thing about it.
 """
 
@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from roles.common import diagnosis
-from roles.nvidia.kernel import KernelFlavour, kernel_flavour, uname_flavour
-from roles.nvidia.parsers import (
+from rigup import diagnosis
+from rigup.nvidia import (
     PowerLimitError,
     diagnose_driver,
     plan_power_limits,
     verify_interconnect,
 )
+from roles.nvidia.kernel import KernelFlavour, kernel_flavour, uname_flavour
 from roles.nvidia.paths import BOOT_UNITS, PERSISTENCED
 
 #: Package name prefixes of the driver that rigup holds (the exact-version dependencies of

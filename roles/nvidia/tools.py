@@ -1,6 +1,6 @@
-"""rigup's on-host NVIDIA tools: the boot units' scripts, rigup-nvidia-diagnose, and the two
-libraries they share with the deploy (the parsers as rigup_nvidia, the diagnosis library as the
-package rigup_diagnosis)."""
+"""rigup's on-host NVIDIA tools: the boot units' scripts, rigup-nvidia-diagnose, and the package
+they share with the deploy (rigup: its nvidia-smi readers rigup.nvidia, its diagnosis table
+rigup.diagnosis)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from pyinfra.operations import files
 
-from roles.common.libraries import host_library
-from roles.nvidia.paths import DIAGNOSIS_LIBRARY, FILES, PARSERS_LIBRARY, NvidiaPaths
+from roles.common.libraries import PACKAGE_NAME, host_package
+from roles.nvidia.paths import FILES, NvidiaPaths
 
 SCRIPTS = ("rigup-gpu-power", "rigup-nvlink", "rigup-nvidia-diagnose", "rigup-p2p-bandwidth")
 
@@ -18,27 +18,20 @@ SCRIPTS = ("rigup-gpu-power", "rigup-nvlink", "rigup-nvidia-diagnose", "rigup-p2
 @dataclass(frozen=True)
 class NvidiaTools:
     """The put operations of the tools, by file name: a unit that runs a tool restarts when the
-    tool or a library it imports changed (``changed("rigup-nvlink")``)."""
+    tool or the package it imports changed (``changed("rigup-nvlink")``)."""
 
     ops: dict[str, Any]
 
     def changed(self, script: str) -> list[Any]:
         """The operations whose change means ``script`` runs different code now."""
-        return [self.ops[script], self.ops["rigup_nvidia"], self.ops["rigup_diagnosis"]]
+        return [self.ops[script], self.ops[PACKAGE_NAME]]
 
 
 def install_tools(np: NvidiaPaths) -> NvidiaTools:
-    """Plan the tools' directories, libraries and scripts on the host."""
+    """Plan the tools' directories, package and scripts on the host."""
     for path in (np.root, np.bin, np.lib, np.etc):
         files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
-    ops = {
-        "rigup_nvidia": host_library(
-            "rigup_nvidia", PARSERS_LIBRARY, np.lib, "the deploy's parsers"
-        ),
-        "rigup_diagnosis": host_library(
-            "rigup_diagnosis", DIAGNOSIS_LIBRARY, np.lib, "the deploy's diagnoses"
-        ),
-    }
+    ops = {PACKAGE_NAME: host_package(np.lib)}
     for name in SCRIPTS:
         ops[name] = files.put(
             name=f"Script {name}", src=str(FILES / name), dest=f"{np.bin}/{name}", mode="755"

@@ -4,7 +4,7 @@ from them (the interconnect rigup-nvlink sets up, CUDA graphs, tensor parallel, 
 Each rule is one :class:`Combination` in :data:`COMBINATIONS`: when its predicate holds over
 :class:`Derived` (the facts, computed once from the settings), the settings check refuses the
 run before any change, naming every key that takes part, why vLLM would fail and the fix in the
-user's settings. A rule with a diagnosis signature (roles/common/diagnosis) takes its why and
+user's settings. A rule with a diagnosis signature (rigup/diagnosis) takes its why and
 fix from it; the same signature names the journal line when the combination reaches a host
 anyway (a unit edited by hand), so the refusal and rigup-doctor say the same thing.
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from roles.common import diagnosis
+from rigup import diagnosis
 
 #: PyTorch's allocator settings: PYTORCH_ALLOC_CONF (torch >= 2.9) and its older name, both
 #: read by torch 2.11 (c10/core/AllocatorConfig.cpp); ``key:value`` pairs joined by ``,``.
@@ -50,7 +50,7 @@ class Derived:
 
     ``custom_all_reduce``: vLLM's custom all-reduce can run: the CUDA build, tensor parallel
     over 2+ GPUs, and no ``--disable-custom-all-reduce`` in ``vllm_extra_args``; rigup-nvlink
-    leaves it on whenever it verifies the NVLink bridge at boot (roles/nvidia/parsers/nvlink.py
+    leaves it on whenever it verifies the NVLink bridge at boot (rigup/nvidia/nvlink.py
     ``interconnect_env``), and ``nvlink_required`` keeps vLLM down without one.
     ``cuda_graphs``: the CUDA build without ``--enforce-eager``. ``compute_capability``:
     ``(8, 6)`` for an RTX 3090 (``nvidia_gpu_compute_capability``)."""

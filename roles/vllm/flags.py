@@ -9,14 +9,16 @@ renders the same arguments on a GPU machine without it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from roles.cluster.member import ClusterMember
 from roles.common.command_line import exec_line
 from roles.common.setting import render
 from roles.common.urls import local_probe_url
 from roles.vllm.paths import VllmPaths
 from roles.vllm.settings import SETTINGS, VllmSettings
+
+if TYPE_CHECKING:  # roles.cluster's package deploys with pyinfra; this module renders without it
+    from roles.cluster.member import ClusterMember
 
 #: Where vLLM's engine reaches its own processes on one rig: loopback, so none of its internal
 #: sockets (unauthenticated, pickle-based) listens on another address. Read by vLLM 0.22.1 at

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from roles.common import diagnosis
+from rigup import diagnosis
 from roles.common.setting import RuleOver
 from roles.vllm import combinations
 from roles.vllm.kv_budget import kv_fit_problems

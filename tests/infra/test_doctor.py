@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from roles.common import diagnosis
+from rigup import diagnosis
 from roles.doctor.config import arm_files, doctor_config
 from roles.doctor.paths import COMMANDS, LINK_DIR, DoctorPaths
 from roles.doctor.settings import arm_problems

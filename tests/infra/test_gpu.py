@@ -4,7 +4,7 @@ log. Expectations come from the settings (inventory/group_data/all.py and the in
 on hosts that declare no GPUs (the lab).
 
 Each failure says what is wrong, why and what fixes it, in the words of the diagnosis library
-(roles/common/diagnosis) that the deploy, the boot units and rigup-nvidia-diagnose use too.
+(rigup/diagnosis) that the deploy, the boot units and rigup-nvidia-diagnose use too.
 Read-only: nothing here changes a GPU setting.
 """
 
@@ -12,9 +12,8 @@ import json
 
 import pytest
 
-from roles.common import diagnosis
-from roles.nvidia import NVLINK_UNIT, PERSISTENCED, POWER_UNIT, NvidiaPaths
-from roles.nvidia.parsers import (
+from rigup import diagnosis
+from rigup.nvidia import (
     DRIVER_STATE_COMMAND,
     GPU_QUERY_COMMAND,
     diagnose_driver,
@@ -26,6 +25,7 @@ from roles.nvidia.parsers import (
     read_gpu_query,
     verify_interconnect,
 )
+from roles.nvidia import NVLINK_UNIT, PERSISTENCED, POWER_UNIT, NvidiaPaths
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -86,7 +86,7 @@ def _driver_state(
     secure_boot: str | tuple[str, ...] = "SecureBoot disabled",
     dkms: tuple[str, ...] = (),
 ) -> dict:
-    """roles/nvidia/parsers DRIVER_STATE_COMMAND's answer (``secure_boot``: the lines of
+    """rigup/nvidia DRIVER_STATE_COMMAND's answer (``secure_boot``: the lines of
     ``mokutil --sb-state``)."""
     sb_lines = (secure_boot,) if isinstance(secure_boot, str) else secure_boot
     lines = [
@@ -282,6 +282,26 @@ def nouveau_loaded():
 def converged_rig():
     """The NVIDIA layer already converged: driver loaded, held, 290 W, persistence, NVLink NV4."""
     return {**_converged_nvidia(), **_ubuntu_2604(), **_driver(), **_mirror_present()}, {}
+
+
+def former_host_libraries():
+    """As converged_rig, with the NVIDIA layer's ``lib`` holding the package rigup and, beside
+    it, the modules of another layout (rigup_nvidia/, rigup_diagnosis/, rigup_units.py): pyinfra's
+    FindDirectories and FindFiles answers (``find`` lists the directory itself too)."""
+    lib = "/opt/rigup/nvidia/lib"
+    return {
+        **_converged_nvidia(),
+        **_ubuntu_2604(),
+        **_driver(),
+        **_mirror_present(),
+        f"find {lib} -type d -maxdepth 1": [
+            lib,
+            f"{lib}/rigup",
+            f"{lib}/rigup_nvidia",
+            f"{lib}/rigup_diagnosis",
+        ],
+        f"find {lib} -type f -maxdepth 1": [f"{lib}/rigup_units.py"],
+    }, {}
 
 
 def toolkit_reinstalled():
@@ -654,6 +674,7 @@ SCENARIOS = {
         secure_boot_nvidia_repo,
         nouveau_loaded,
         converged_rig,
+        former_host_libraries,
         toolkit_reinstalled,
         older_glibc_rig,
         power_limit_out_of_range,

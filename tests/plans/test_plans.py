@@ -232,6 +232,29 @@ def test_converged_rig_installs_nothing_and_does_not_reboot():
     assert "warning" not in err.lower() or "NVIDIA:" not in err
 
 
+def test_a_tool_trees_lib_holds_the_package_rigup_alone():
+    """What else is in the NVIDIA layer's ``lib`` beside the package rigup is removed; the
+    package and the directory itself stay."""
+    lib = "/opt/rigup/nvidia/lib"
+    removals = {}
+    for scenario in ("converged_rig", "former_host_libraries"):
+        rc, parsed, err = plan(scenario, "deploys/nvidia.py")
+        assert rc == 0, err
+        removals[scenario] = sorted(
+            op["name"].rsplit(" remove ", 1)[1]
+            for op in parsed["plan"]
+            if f"Only the package rigup in {lib}: remove" in op["name"]
+        )
+    assert removals == {
+        "converged_rig": [],
+        "former_host_libraries": [
+            f"{lib}/rigup_diagnosis",
+            f"{lib}/rigup_nvidia",
+            f"{lib}/rigup_units.py",
+        ],
+    }
+
+
 MATH_HEADER_OP = (
     "CUDA toolkit | include/crt/math_functions.h: rsqrt/rsqrtf noexcept where glibc >= 2.42"
 )

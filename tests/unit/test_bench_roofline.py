@@ -1,4 +1,4 @@
-"""rigup-bench's decode roofline (roles/doctor/bench/roofline.py): the bytes a decode step of
+"""rigup-bench's decode roofline (rigup/bench/roofline.py): the bytes a decode step of
 Qwen3.6-27B AutoRound INT4 reads, the bandwidth ceiling, the measured fraction, and the line in
 the table."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from lab.checkpoint import config_json
-from roles.doctor.bench import roofline
-from roles.doctor.bench.core import Host
-from roles.doctor.bench.render import table
-from roles.doctor.bench.runs import arm_roofline
+from rigup.bench import roofline
+from rigup.bench.core import Host
+from rigup.bench.render import table
+from rigup.bench.runs import arm_roofline
 
 REAL = config_json()  # the real 27B's config.json values (lab/checkpoint.py)
 

@@ -1,4 +1,4 @@
-"""roles/common/diagnosis: the one table of signatures and its classifiers, on captured output
+"""rigup/diagnosis: the one table of signatures and its classifiers, on captured output
 (tests/fixtures/h200x2, CAPTURES.md) and real-shaped output of the faults no machine here shows
 (tests/fixtures/field, README.md)."""
 
@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from roles.common import diagnosis
-from roles.nvidia.parsers import (
+from rigup import diagnosis
+from rigup.nvidia import (
     diagnose_driver,
     parse_driver_state,
     parse_secure_boot,
@@ -33,13 +33,6 @@ def test_signatures_are_well_formed_data():
             re.compile(sig.pattern)
         for pattern in sig.context.values():
             assert re.compile(pattern).groups == 1
-
-
-def test_the_library_is_standard_library_only():
-    """It is installed on hosts beside rigup_nvidia, where only the standard library is."""
-    for module in (FIXTURES.parent.parent / "roles/common/diagnosis").glob("*.py"):
-        imports = set(re.findall(r"^(?:from|import) (\w+)", module.read_text(), re.M))
-        assert imports <= {"__future__", "re", "collections", "dataclasses", "typing"}, module
 
 
 def test_verdict_reads_as_one_sentence():
@@ -335,7 +328,7 @@ def test_nvidia_smi_not_loaded_is_refined_by_the_state():
     capture = block("field/smi-no-driver.txt")
     query = read_gpu_query(capture.output, capture.exit_code)
     state = parse_driver_state(block("field/state-secure-boot-blocked.txt").lines)
-    from roles.nvidia.parsers import explain
+    from rigup.nvidia import explain
 
     (v,) = explain(query.verdicts, state)
     assert v.id == "driver-not-loaded/secure-boot"

@@ -1,4 +1,4 @@
-"""roles/common/diagnosis: GPUs that need a reset (GSP firmware, Xid 154 and the reset Xids),
+"""rigup/diagnosis: GPUs that need a reset (GSP firmware, Xid 154 and the reset Xids),
 named by index and name from nvidia-smi's rows (tests/fixtures/field/klog-gsp-reset.txt: the
 lines of NVIDIA/open-gpu-kernel-modules#1134, #446, #1125)."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from roles.common import diagnosis
-from roles.nvidia.parsers import read_gpu_query
+from rigup import diagnosis
+from rigup.nvidia import read_gpu_query
 from tests.captures import block
 
 #: nvidia-smi's rows of two 3090s, the second at the bus of the reports (0b:00)

@@ -1,4 +1,4 @@
-"""The doctor's rows of the diagnosis table (roles/common/diagnosis): vLLM's journal, its
+"""The doctor's rows of the diagnosis table (rigup/diagnosis): vLLM's journal, its
 /metrics, the GPUs, NVLink, services, disk and venvs, on captured output (the CPU engine's own
 logs and /metrics: tests/fixtures/vllm-cpu; the 2x3090 logs and the H200 machine:
 tests/fixtures/vllm-logs, h200x2, rtx3090, systemd) and real-shaped lines of GPU-only failures
@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from roles.common import diagnosis
-from roles.doctor import metrics
-from roles.nvidia.parsers import (
+from rigup import diagnosis, metrics
+from rigup.nvidia import (
     parse_gpu_query,
     parse_nvlink_errors,
     parse_nvlink_status,

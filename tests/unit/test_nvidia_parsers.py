@@ -1,10 +1,10 @@
-"""roles/nvidia/parsers on real captured output (tests/fixtures; see their READMEs)."""
+"""rigup/nvidia on real captured output (tests/fixtures; see their READMEs)."""
 
 from pathlib import Path
 
 import pytest
 
-from roles.nvidia.parsers import (
+from rigup.nvidia import (
     GPU_QUERY_FIELDS,
     ParseError,
     PowerLimitError,

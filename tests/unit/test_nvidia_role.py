@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from rigup.nvidia import parse_driver_state
+from roles.common.libraries import PACKAGE
 from roles.nvidia.facts import (
     KernelPackages,
     NvidiaDriverState,
@@ -22,8 +24,6 @@ from roles.nvidia.facts import (
 )
 from roles.nvidia.kernel import kernel_flavour, uname_flavour
 from roles.nvidia.layer import NvidiaLayer, driver_usable, hold_back_reason
-from roles.nvidia.parsers import parse_driver_state
-from roles.nvidia.paths import DIAGNOSIS_LIBRARY, PARSERS_LIBRARY
 from roles.nvidia.preflight import (
     driver_packages,
     driver_preflight,
@@ -603,11 +603,7 @@ esac
 def tools(tmp_path):
     (tmp_path / "lib").mkdir()
     (tmp_path / "bin").mkdir()
-    for name, src in (("rigup_nvidia", PARSERS_LIBRARY), ("rigup_diagnosis", DIAGNOSIS_LIBRARY)):
-        if src.is_dir():
-            shutil.copytree(src, tmp_path / "lib" / name, ignore=shutil.ignore_patterns("*.pyc"))
-        else:
-            (tmp_path / "lib" / f"{name}.py").write_text(src.read_text())
+    shutil.copytree(PACKAGE, tmp_path / "lib" / "rigup", ignore=shutil.ignore_patterns("*.pyc"))
     for name in ("rigup-gpu-power", "rigup-nvlink", "rigup-nvidia-diagnose"):
         (tmp_path / "bin" / name).write_text((REPO / "files/nvidia" / name).read_text())
     smi = tmp_path / "nvidia-smi"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from rigup import diagnosis
 from roles import settings as rigup_settings
-from roles.common import diagnosis
 from roles.vllm import combinations
 from tests.conftest import load_group_data
 

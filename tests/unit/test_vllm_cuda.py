@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from roles.common import diagnosis
-from roles.doctor import metrics
+from rigup import diagnosis, metrics
 from tests.captures import FIXTURES
 
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from roles.common import diagnosis, units
+from rigup import diagnosis, units
 from tests.captures import FIXTURES
 
 #: The start-up lines of a run with the rig's flags (captured: serve-tiny-int4-cudagraphs.log).

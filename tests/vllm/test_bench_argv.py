@@ -1,4 +1,4 @@
-"""rigup-bench's command line for `vllm bench serve` (roles/doctor/bench bench_argv), read by
+"""rigup-bench's command line for `vllm bench serve` (rigup/bench bench_argv), read by
 the pinned vLLM's own benchmark parser: every option exists and means what rigup relies on.
 
     RIGUP_VLLM_PYTHON=/var/tmp/vllm-venv/bin/python .venv/bin/pytest tests/vllm   # a local venv
@@ -13,7 +13,7 @@ from subprocess import run
 
 import pytest
 
-from roles.doctor import bench
+from rigup import bench
 from roles.doctor.config import doctor_config
 from tests.conftest import load_group_data
 from tests.vllm.test_pinned_vllm import ON_LAB, VLLM_PYTHON

@@ -26,7 +26,7 @@ from subprocess import run
 import pytest
 
 from lab.checkpoint import build_checkpoint
-from roles.nvidia.parsers import interconnect_env
+from rigup.nvidia import interconnect_env
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK_ARGS = REPO / "files" / "vllm" / "check_args.py"
@@ -247,7 +247,7 @@ def runs(tmp_path_factory) -> dict[str, Run]:
         ),
         "bad_kv_dtype": _replace(SEED, "--kv-cache-dtype", "fp8_e5m3"),
         "bad_gpu_util": _replace(SEED, "--gpu-memory-utilization", "1.5"),
-        # What rigup-nvlink adds when the interconnect is not verified (roles/nvidia/parsers)
+        # What rigup-nvlink adds when the interconnect is not verified (rigup/nvidia)
         "interconnect_fallback": [*SEED, *interconnect_env(None)[1]],
     }
     from tests.conftest import load_group_data

@@ -299,7 +299,7 @@ def parse_env_file(text: str) -> tuple[dict[str, str], list[str]]:
 
 def interconnect(work: Path, gpu_count: int, expected_links: int, lib: Path) -> dict:
     """What rigup-nvlink verifies on this machine's GPUs and the NCCL environment and ``vllm
-    serve`` flags it derives, as on a rig (its script, with rigup's host libraries at ``lib``):
+    serve`` flags it derives, as on a rig (its script, with rigup's host package in ``lib``):
     ``{"exit", "report", "env", "args"}``."""
     work.mkdir(parents=True, exist_ok=True)
     config = work / "nvlink.json"

@@ -1,15 +1,16 @@
 """rigup's own code on a machine without pyinfra: the pure modules (``roles.vllm.flags``, the
-settings in inventory/group_data/all.py) and the host libraries rigup-doctor and rigup-bench
-run on a rig (``rigup_bench``, ``rigup_doctor``, ``rigup_metrics``, ``rigup_diagnosis``).
+settings in inventory/group_data/all.py) and the host package rigup-doctor, rigup-bench and
+rigup-nvlink run on a rig (``rigup``: rigup.bench, rigup.doctor, rigup.metrics, rigup.diagnosis).
 
-Some rigup packages' ``__init__`` is a pyinfra deploy (``roles.vllm``, ``roles.doctor``); the
+Some rigup packages' ``__init__`` is a pyinfra deploy (``roles.vllm``, ``roles.cluster``); the
 modules this check needs inside them are pure. :func:`pure` imports such a module with those
-parent packages registered bare (their ``__init__`` not run) where pyinfra is missing.
+packages kept bare (their ``__init__`` stopped at the pyinfra import) where pyinfra is missing.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
@@ -22,25 +23,48 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[3]
 
 
-def pure(module: str) -> ModuleType:
-    """Import rigup's ``module`` (``"roles.vllm.flags"``); a parent package whose ``__init__``
-    needs pyinfra, where pyinfra is not installed, is registered bare (its ``__init__`` not
-    run). Raises ImportError when the module itself needs what is not installed."""
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    parts = module.split(".")
-    for i in range(1, len(parts)):
-        name = ".".join(parts[:i])
-        if name in sys.modules:
-            continue
+class _BarePackages(importlib.abc.MetaPathFinder):
+    """Finds rigup's packages (``roles``, ``roles.vllm``, ``roles.cluster`` ...) as the standard
+    path finder does, but a package whose ``__init__`` stops at a missing pyinfra is kept bare:
+    what its ``__init__`` defined before the pyinfra import, its submodules importable."""
+
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] != "roles":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.submodule_search_locations is None or spec.loader is None:
+            return spec
+        spec.loader = _BareOnPyinfra(spec.loader)
+        return spec
+
+
+class _BareOnPyinfra(importlib.abc.Loader):
+    def __init__(self, loader: importlib.abc.Loader) -> None:
+        self.loader = loader
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
         try:
-            importlib.import_module(name)
+            self.loader.exec_module(module)
         except ModuleNotFoundError as exc:
             if (exc.name or "").split(".")[0] != "pyinfra":
                 raise
-            spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
-            spec.submodule_search_locations = [str(REPO.joinpath(*parts[:i]))]
-            sys.modules[name] = importlib.util.module_from_spec(spec)
+
+
+def pure(module: str) -> ModuleType:
+    """Import rigup's ``module`` (``"roles.vllm.flags"``); where pyinfra is not installed, every
+    rigup package on the way whose ``__init__`` is a pyinfra deploy (``roles.vllm``,
+    ``roles.cluster``, ...) is kept bare (its ``__init__`` stops at the pyinfra import). Raises
+    ImportError when the module itself needs what is not installed."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    try:
+        importlib.import_module("pyinfra")
+    except ModuleNotFoundError:
+        if not any(isinstance(f, _BarePackages) for f in sys.meta_path):
+            sys.meta_path.insert(0, _BarePackages())
     return importlib.import_module(module)
 
 
@@ -51,16 +75,14 @@ def settings() -> dict[str, Any]:
     return {k: v for k, v in module.items() if not k.startswith("_")}
 
 
-def host_libraries(lib: Path) -> Path:
-    """rigup's host libraries (roles/doctor/paths.py LIBRARIES) under their host names in
-    ``lib`` (symlinks), first on ``sys.path``, as on a rig. Returns ``lib``."""
-    libraries = pure("roles.doctor.paths").LIBRARIES
+def host_package(lib: Path) -> Path:
+    """rigup's host package (the repository's rigup/, roles/common/libraries.py) as
+    ``lib/rigup`` (a symlink), ``lib`` first on ``sys.path``, as on a rig. Returns ``lib``."""
     lib.mkdir(parents=True, exist_ok=True)
-    for name, src in libraries.items():
-        link = lib / (name if src.is_dir() else f"{name}.py")
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        os.symlink(src, link)
+    link = lib / "rigup"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    os.symlink(REPO / "rigup", link)
     if str(lib) not in sys.path:
         sys.path.insert(0, str(lib))
     return lib

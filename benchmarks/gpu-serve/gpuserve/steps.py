@@ -1,6 +1,6 @@
 """The GPU serving check's steps on a started engine: wait for it, run the API checks tests/infra
 runs (roles/vllm/api_checks.py), read its start from its log (engine_start_facts), measure
-rigup-bench's rows (roles/doctor/bench, as ``rigup_bench`` on a rig), and write the summary."""
+rigup-bench's rows (rigup/bench, the rig's own code), and write the summary."""
 
 from __future__ import annotations
 
@@ -13,25 +13,24 @@ from pathlib import Path
 from typing import Any
 
 from gpuserve import engine
-from gpuserve.rigup import host_libraries, pure, settings
+from gpuserve.rigup import host_package, pure, settings
 
 
 def host_lib() -> Path:
-    """rigup's host libraries under their host names, in a temporary ``lib`` first on
-    ``sys.path`` (once per process). Returns the directory."""
+    """rigup's host package, in a temporary ``lib`` first on ``sys.path`` (once per process).
+    Returns the directory."""
     for p in sys.path:
         if p.endswith("rigup-gpu-lib"):
             return Path(p)
-    return host_libraries(Path(tempfile.mkdtemp(prefix="rigup-")) / "rigup-gpu-lib")
+    return host_package(Path(tempfile.mkdtemp(prefix="rigup-")) / "rigup-gpu-lib")
 
 
 def _libs(run: Path):
-    """rigup_metrics, rigup_bench as a rig imports them."""
+    """rigup.metrics, rigup.bench as a rig imports them."""
     host_lib()
-    import rigup_bench
-    import rigup_metrics
+    from rigup import bench, metrics
 
-    return rigup_metrics, rigup_bench
+    return metrics, bench
 
 
 def api_checks(record: dict) -> list[dict]:
@@ -56,7 +55,7 @@ def api_checks(record: dict) -> list[dict]:
 def summary(run: Path, healthy: bool, waited: float, why: str, checks: list[dict] | None) -> dict:
     """The run's summary: the engine's start facts from its log, the GPUs, the checks."""
     record = engine.load(run)
-    facts = pure("roles.common.diagnosis.engine_start").engine_start_facts(
+    facts = pure("rigup.diagnosis.engine_start").engine_start_facts(
         (run / "engine.log").read_text(encoding="utf-8", errors="replace")
     )
     out = {

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from concurrent.futures import ThreadPoolExecutor
-from subprocess import run
 
 import pytest
 
@@ -22,6 +20,7 @@ from roles.cluster.group import member_of
 from roles.vllm import served_args
 from roles.vllm.settings import ALIASES, MANAGED
 from tests.unit.test_cluster_group import example_rigs
+from tests.vllm.forkserver import Job, run_all
 from tests.vllm.test_pinned_vllm import CHECK_ARGS, NAMES, SHARED, VLLM_PYTHON, Run
 
 pytestmark = pytest.mark.skipif(
@@ -63,13 +62,9 @@ def runs(tmp_path_factory) -> dict[str, Run]:
                     "--managed", str(tmp / f"{rank}.managed.json"),
                 ]  # fmt: skip
 
-    def go(cmd: list[str]) -> Run:
-        p = run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp)
-        return Run(p.returncode, p.stdout, p.stderr)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(go, cmd) for name, cmd in commands.items()}
-        return {name: f.result() for name, f in futures.items()}
+    env = tuple(sorted(os.environ.items()))
+    jobs = {name: Job(tuple(cmd[1:]), str(tmp), env) for name, cmd in commands.items()}
+    return {name: Run(*r) for name, r in run_all(VLLM_PYTHON, jobs, workers=2).items()}
 
 
 @pytest.mark.parametrize("rank", ["leader", "follower"])

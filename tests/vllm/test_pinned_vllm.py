@@ -21,12 +21,12 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from subprocess import run
 
 import pytest
 
 from lab.checkpoint import build_checkpoint
 from rigup.nvidia import interconnect_env
+from tests.vllm.forkserver import Job, run_all
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK_ARGS = REPO / "files" / "vllm" / "check_args.py"
@@ -312,15 +312,18 @@ def runs(tmp_path_factory) -> dict[str, Run]:
 
     def go(name: str, cmd: list[str]) -> Run:
         env = env_for.get(name, os.environ)
-        if ON_LAB:
-            offline = shlex.quote(env.get("HF_HUB_OFFLINE", ""))
-            line = f"cd {shlex.quote(str(tmp))} && HF_HUB_OFFLINE={offline} {shlex.join(cmd)}"
-            p = machine.ssh(line, check=False, timeout=600)
-        else:
-            p = run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp, env=env)
+        offline = shlex.quote(env.get("HF_HUB_OFFLINE", ""))
+        line = f"cd {shlex.quote(str(tmp))} && HF_HUB_OFFLINE={offline} {shlex.join(cmd)}"
+        p = machine.ssh(line, check=False, timeout=600)
         return Run(p.returncode, p.stdout, p.stderr)
 
     workers = max(1, min(4, os.cpu_count() or 1))
+    if not ON_LAB:  # vLLM imported once per environment, each run a fork (tests/vllm/forkserver.py)
+        jobs = {
+            name: Job(tuple(cmd[1:]), str(tmp), tuple(sorted(env_for.get(name, os.environ).items())))
+            for name, cmd in commands.items()
+        }
+        return {name: Run(*r) for name, r in run_all(VLLM_PYTHON, jobs, workers).items()}
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {name: pool.submit(go, name, cmd) for name, cmd in commands.items()}
         return {name: f.result() for name, f in futures.items()}

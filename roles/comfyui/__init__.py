@@ -33,6 +33,7 @@ from roles.comfyui.paths import BASE_SUBDIRS, UNIT, ComfyuiPaths
 from roles.comfyui.release import release_of, release_source
 from roles.comfyui.settings import SERVICE_KEYS, ComfyuiSettings
 from roles.common.operations import fingerprint
+from roles.common.placed import survey
 from roles.common.service import GpuService, ServiceSpec
 from roles.model import ModelStore, link_model_files
 from roles.modes import gpu_hold_back_reason
@@ -97,6 +98,7 @@ def comfyui(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> N
     release, changes = release_source(settings)
     svc.track(*changes, software=True)
     check_args = FILES / "check_args.py"
+    survey((f"{d.bin}/check_args.py", d.args_file))
     svc.put("Script check_args.py", check_args, f"{d.bin}/check_args.py", "755")
 
     args = main_args(settings)

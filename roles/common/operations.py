@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Callable
 from io import StringIO
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, StringCommand, operation
@@ -21,7 +22,28 @@ from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.operations import files
 
-from roles.common.facts import JsonFile, UvSyncPending, uv_env
+from roles.common.facts import (
+    SYNCED_STAMP,
+    JsonFile,
+    UvSyncPending,
+    VenvSynced,
+    uv_env,
+    venv_fingerprint,
+)
+
+#: per host, while planning: :class:`VenvSynced` by (venv, lock, uv), read once for both
+#: :func:`uv_venv_synced` and :func:`uv_venv_recorded` (nothing changes a host while planning)
+_PLANNED_SYNCED: WeakKeyDictionary[Any, dict[tuple[str, str, str], bool]] = WeakKeyDictionary()
+
+
+def _venv_synced(venv: str, lock: str, uv: str) -> bool:
+    """:class:`VenvSynced` of the venv: read once per planning, fresh when operations run."""
+    if host.state.is_executing:
+        return bool(host.get_fact(VenvSynced, venv=venv, lock=lock, uv=uv))
+    planned = _PLANNED_SYNCED.setdefault(host, {})
+    if (venv, lock, uv) not in planned:
+        planned[venv, lock, uv] = bool(host.get_fact(VenvSynced, venv=venv, lock=lock, uv=uv))
+    return planned[venv, lock, uv]
 
 
 def fingerprint(*parts: Any) -> str:
@@ -52,10 +74,16 @@ def uv_venv_synced(
     + sources: where packages come from, as uv environment words
       (:meth:`roles.common.uv.PackageSources.uv_env`; "" for PyPI)
 
-    A no-op when ``uv pip sync --dry-run`` reports nothing to do. Raises ``OperationError`` when
+    A no-op when the venv is as the last sync left it (:class:`VenvSynced`: the fingerprint
+    each sync records in ``<venv>/.rigup-synced``; one round trip instead of uv's dry run);
+    otherwise ``uv pip sync --dry-run`` decides (a venv that matches but has no record gets
+    it from :func:`uv_venv_recorded`). Raises ``OperationError`` when
     uv cannot evaluate the lock (its message is included).
     """
     python_bin = f"{venv}/bin/python"
+    if _venv_synced(venv, lock, uv):
+        host.noop(f"venv {venv} matches {lock} (unchanged since its last sync)")
+        return
     pending = host.get_fact(
         UvSyncPending,
         uv=uv,
@@ -79,6 +107,26 @@ def uv_venv_synced(
         f"{env} {shlex.quote(uv)} pip sync --require-hashes --python {shlex.quote(python_bin)} "
         f"{shlex.quote(lock)}"
     )
+    yield record_command(venv, lock, uv)
+
+
+def record_command(venv: str, lock: str, uv: str) -> str:
+    """The command that records the venv's :func:`venv_fingerprint` in ``<venv>/.rigup-synced``
+    (read by :class:`VenvSynced`)."""
+    return f"{venv_fingerprint(venv, lock, uv)} > {shlex.quote(f'{venv}/{SYNCED_STAMP}')}"
+
+
+@operation()
+def uv_venv_recorded(venv: str, lock: str, uv: str):
+    """Record that the venv at ``venv`` matches ``lock`` (after :func:`uv_venv_synced`), so the
+    next run reads one fingerprint instead of running uv's dry run. A separate operation,
+    tracked by nothing: a venv converged before rigup kept this record gets it once, without
+    counting as new software (no check re-runs, no service restarts for it). A no-op when the
+    record is current (after a sync, which writes it)."""
+    if _venv_synced(venv, lock, uv):
+        host.noop(f"venv {venv}: its sync is recorded")
+        return
+    yield record_command(venv, lock, uv)
 
 
 @operation()

@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pyinfra.operations import files
-
 from roles.common.libraries import host_library
+from roles.common.placed import directory_placed, file_placed, survey, survey_tree
 from roles.nvidia.paths import DIAGNOSIS_LIBRARY, FILES, PARSERS_LIBRARY, NvidiaPaths
 
 SCRIPTS = ("rigup-gpu-power", "rigup-nvlink", "rigup-nvidia-diagnose", "rigup-p2p-bandwidth")
@@ -29,8 +28,10 @@ class NvidiaTools:
 
 def install_tools(np: NvidiaPaths) -> NvidiaTools:
     """Plan the tools' directories, libraries and scripts on the host."""
+    survey([np.root, np.bin, np.lib, np.etc, *(f"{np.bin}/{name}" for name in SCRIPTS)])
     for path in (np.root, np.bin, np.lib, np.etc):
-        files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
+        directory_placed(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
+    survey_tree(np.lib)  # the tools' libraries only: one round trip for all of them
     ops = {
         "rigup_nvidia": host_library(
             "rigup_nvidia", PARSERS_LIBRARY, np.lib, "the deploy's parsers"
@@ -40,7 +41,7 @@ def install_tools(np: NvidiaPaths) -> NvidiaTools:
         ),
     }
     for name in SCRIPTS:
-        ops[name] = files.put(
+        ops[name] = file_placed(
             name=f"Script {name}", src=str(FILES / name), dest=f"{np.bin}/{name}", mode="755"
         )
     return NvidiaTools(ops)

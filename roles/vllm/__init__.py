@@ -26,6 +26,7 @@ from pyinfra.operations import apt, files
 from roles.common.command_line import exec_line
 from roles.common.facts import AllowedCpus, VenvDistributions
 from roles.common.operations import fingerprint
+from roles.common.placed import survey
 from roles.common.service import GpuService, ServiceSpec, api_key_or_refuse
 from roles.model import PLACEMENT_RECORD, PlacedModel
 from roles.modes import gpu_hold_back_reason
@@ -210,6 +211,7 @@ def vllm(settings, llm: PlacedModel, nvidia: NvidiaLayer | None = None) -> None:
         python=cfg.vllm_python,
         mislabelled=MISLABELLED[device],
     )
+    survey([*(f"{p.bin}/{name}" for name in SCRIPTS), f"{p.lib}/sitecustomize.py", p.args_file])
     for name, src in SCRIPTS.items():
         mode = "644" if name in MODULES else "755"
         svc.put(f"Script {name}", src, f"{p.bin}/{name}", mode)

@@ -110,3 +110,57 @@ def test_tree_states_command_on_a_real_tree(tmp_path):
 def test_path_states_refuses_paths_it_could_not_report(bad):
     with pytest.raises(ValueError, match="not an absolute path"):
         PathStates().command(("/ok", bad))
+
+
+def _fake(facts: dict, executing: bool = False):
+    from tests.unit.test_operations import FakeHost, FakeState
+
+    state = FakeState(executing=executing)
+    return FakeHost(facts, state), state
+
+
+D = {"type": "directory", "mode": "755", "user": "root", "group": "root"}
+
+
+def test_planning_reads_a_role_s_paths_once():
+    """survey() then one operation per path: one PathStates round trip for all of them, none
+    per operation (pyinfra's files.directory reads a Directory fact for each)."""
+    from pyinfra.context import ctx_host, ctx_state
+
+    from roles.common.placed import directory_placed, survey
+
+    paths = ("/opt/rigup/bin", "/opt/rigup/lib")
+    host, state = _fake({"PathStates": {f"paths={paths!r}": {p: D for p in paths}}})
+    with ctx_state.use(state), ctx_host.use(host):
+        survey(paths)
+        for path in paths:
+            assert list(directory_placed._inner(path=path, mode="755")) == []
+    assert host.read == {("PathStates", f"paths={paths!r}")}
+
+
+def test_a_path_under_a_surveyed_tree_that_it_does_not_list_is_absent():
+    from pyinfra.context import ctx_host, ctx_state
+
+    from roles.common.placed import file_absent, path_state, survey_tree
+
+    host, state = _fake({"TreeStates": {"path=/opt/rigup/lib": {"/opt/rigup/lib": D}}})
+    with ctx_state.use(state), ctx_host.use(host):
+        survey_tree("/opt/rigup/lib")
+        assert path_state("/opt/rigup/lib") == D
+        assert path_state("/opt/rigup/lib/rigup_units.py") is None
+        assert list(file_absent._inner(path="/opt/rigup/lib/rigup_diagnosis.py")) == []
+    assert host.read == {("TreeStates", "path=/opt/rigup/lib")}
+
+
+def test_running_operations_read_their_own_path_again():
+    """When operations run, an earlier one may have changed the path: no survey is used."""
+    from pyinfra.context import ctx_host, ctx_state
+
+    from roles.common.placed import path_state, survey
+
+    key = "paths=('/opt/rigup/bin',)"
+    host, state = _fake({"PathStates": {key: {"/opt/rigup/bin": None}}}, executing=True)
+    with ctx_state.use(state), ctx_host.use(host):
+        survey(["/opt/rigup/bin"])  # nothing while running
+        assert path_state("/opt/rigup/bin") is None
+    assert host.read == {("PathStates", key)}

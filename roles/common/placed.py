@@ -80,7 +80,7 @@ def path_state(path: str) -> PathState | None:
 def _mode_matches(current: PathState, mode: str | int | None) -> bool:
     if mode is None:
         return True
-    want = int(mode, 8) if isinstance(mode, str) else int(mode)
+    want = int(str(mode), 8)  # pyinfra's convention: 644 and "644" both mean rw-r--r--
     return current.get("mode", "") != "" and int(current["mode"], 8) == want
 
 

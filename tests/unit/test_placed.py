@@ -164,3 +164,12 @@ def test_running_operations_read_their_own_path_again():
         survey(["/opt/rigup/bin"])  # nothing while running
         assert path_state("/opt/rigup/bin") is None
     assert host.read == {("PathStates", key)}
+
+
+@pytest.mark.parametrize("mode", ["644", 644])
+def test_a_mode_is_octal_digits_as_pyinfra_reads_it(mode):
+    from roles.common.placed import _mode_matches
+
+    assert _mode_matches({"mode": "644"}, mode)
+    assert not _mode_matches({"mode": "664"}, mode)
+    assert _mode_matches({"mode": "1777"}, "1777")

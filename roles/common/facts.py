@@ -143,6 +143,41 @@ class VenvSynced(FactBase):
         return bool(stamp) and stamp == values.get("now", "").strip()
 
 
+class Account(FactBase):
+    """A local account as ``server.user`` compares it, in one command (pyinfra's ``Users``
+    fact lists every account with a process per user: 0.4 s in the lab):
+    ``{"home": "/var/lib/vllm", "shell": "/usr/sbin/nologin", "comment": "...",
+    "primary": "vllm", "groups": ["video"], "home_owner": "vllm:vllm"}`` (``groups``: the
+    supplementary groups; ``home_owner``: ``user:group`` of the home directory, ``""`` when
+    it is absent), or None when there is no such account."""
+
+    def command(self, user: str, home: str) -> str:
+        u, h = shlex.quote(user), shlex.quote(home)
+        return (
+            f"getent passwd {u} || {{ echo @absent; exit 0; }}; "
+            f'echo "@primary $(id -gn {u})"; echo "@groups $(id -nG {u})"; '
+            f"echo \"@home $(stat -c '%U:%G' {h} 2>/dev/null)\""
+        )
+
+    def process(self, output: list[str]) -> dict[str, Any] | None:
+        if not output or output[0] == "@absent":
+            return None
+        fields = output[0].split(":")
+        if len(fields) < 7:
+            return None
+        tagged = dict(line.split(" ", 1) if " " in line else (line, "") for line in output[1:])
+        primary = tagged.get("@primary", "").strip()
+        groups = [g for g in tagged.get("@groups", "").split() if g != primary]
+        return {
+            "comment": fields[4],
+            "home": fields[5],
+            "shell": fields[6],
+            "primary": primary,
+            "groups": sorted(groups),
+            "home_owner": tagged.get("@home", "").strip(),
+        }
+
+
 class JsonFile(FactBase):
     """Parsed JSON content of a file on the host, or None when the file does not exist.
 

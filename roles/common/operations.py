@@ -20,10 +20,11 @@ from pyinfra import host
 from pyinfra.api import FileUploadCommand, StringCommand, operation
 from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.files import FileContents, Sha256File
-from pyinfra.operations import files
+from pyinfra.operations import files, server
 
 from roles.common.facts import (
     SYNCED_STAMP,
+    Account,
     JsonFile,
     UvSyncPending,
     VenvSynced,
@@ -212,3 +213,30 @@ def secret_file(path: str, secret: str | None, what: str):
         remote_temp_filename=host.get_temp_filename(path, temp_directory=directory),
     )
     yield StringCommand("chown", "root:root", path, "&&", "chmod", "600", path)
+
+
+@operation()
+def service_account(user: str, home: str, shell: str, groups: tuple[str, ...], comment: str):
+    """A system account ``user`` (its own group, supplementary ``groups`` exactly) with ``home``
+    owned by it, ``shell`` and ``comment``: what pyinfra's ``server.user`` makes (it does
+    so when anything differs), decided from one :class:`Account` round trip instead of its
+    ``Users``, ``Groups``, ``Os`` and ``Directory`` facts."""
+    current = host.get_fact(Account, user=user, home=home)
+    if (
+        current is not None
+        and current["home"] == home
+        and current["shell"] == shell
+        and current["comment"] == comment
+        and set(current["groups"]) == set(groups)
+        and current["home_owner"] == f"{user}:{user}"
+    ):
+        host.noop(f"account {user} is as wanted")
+        return
+    yield from server.user._inner(
+        user=user,
+        system=True,
+        home=home,
+        shell=shell,
+        groups=list(groups),
+        comment=comment,
+    )

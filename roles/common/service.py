@@ -30,7 +30,7 @@ from pyinfra.operations.util import any_changed
 
 from roles.common.facts import ListeningSockets, UnitState
 from roles.common.libraries import host_library
-from roles.common.operations import check_passes, secret_file
+from roles.common.operations import check_passes, secret_file, service_account
 from roles.common.paths import Layout, ServicePaths
 from roles.common.placed import (
     directory_placed,
@@ -177,13 +177,12 @@ class GpuService:
         ``home/tmp`` (0700), both owned by it."""
         user, home = self.spec.user, self.spec.home
         survey((home, f"{home}/tmp"))
-        server.user(
+        service_account(
             name=f"Service user {user}",
             user=user,
-            system=True,
             home=home,
             shell="/usr/sbin/nologin",
-            groups=["video"],
+            groups=("video",),
             comment=comment,
         )
         directory_placed(name=f"Directory {home}", path=home, user=user, group=user, mode="750")

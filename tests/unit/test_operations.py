@@ -61,6 +61,7 @@ OPERATIONS = {
     "file_absent": "roles.common.placed:file_absent",
     "file_present": "roles.common.placed:file_present",
     "tree_placed": "roles.common.placed:tree_placed",
+    "service_account": "roles.common.operations:service_account",
 }
 
 

@@ -178,6 +178,31 @@ class Account(FactBase):
         }
 
 
+class CheckStamp(FactBase):
+    """What :func:`roles.common.operations.check_passes` compares, in one command: the first
+    line of the stamp file (None when absent or empty) and the sha256 of each ``watch`` file
+    (None when absent), in order: ``{"stamp": "5b1e...", "watch": ["9f86...", None]}``."""
+
+    def command(self, stamp: str, watch: tuple[str, ...] = ()) -> str:
+        q = shlex.quote(stamp)
+        sums = "".join(
+            f"echo \"@sha $(sha256sum < {shlex.quote(path)} 2>/dev/null | cut -d' ' -f1)\"; "
+            for path in watch
+        )
+        return f'echo "@stamp $(head -n1 {q} 2>/dev/null)"; {sums}'.rstrip("; ")
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        stamp = None
+        watch: list[str | None] = []
+        for line in output:
+            tag, _, value = line.partition(" ")
+            if tag == "@stamp":
+                stamp = value.strip() or None
+            elif tag == "@sha":
+                watch.append(value.strip() or None)
+        return {"stamp": stamp, "watch": watch}
+
+
 class JsonFile(FactBase):
     """Parsed JSON content of a file on the host, or None when the file does not exist.
 

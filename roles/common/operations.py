@@ -19,12 +19,13 @@ from weakref import WeakKeyDictionary
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, StringCommand, operation
 from pyinfra.api.exceptions import OperationError
-from pyinfra.facts.files import FileContents, Sha256File
+from pyinfra.facts.files import Sha256File
 from pyinfra.operations import files, server
 
 from roles.common.facts import (
     SYNCED_STAMP,
     Account,
+    CheckStamp,
     JsonFile,
     UvSyncPending,
     VenvSynced,
@@ -145,10 +146,10 @@ def check_passes(command: str, stamp: str, key: str, what: str, watch: tuple[str
     The check re-runs whenever ``key`` changes, so a converged host pays nothing and any change to
     the checked inputs is checked again. A failing check fails the operation (and the deploy).
     """
+    state = host.get_fact(CheckStamp, stamp=stamp, watch=tuple(watch)) or {}
     if watch:
-        key = fingerprint(key, [host.get_fact(Sha256File, path=path) for path in watch])
-    current = host.get_fact(FileContents, path=stamp)
-    if current and current[0].strip() == key:
+        key = fingerprint(key, state.get("watch") or [None] * len(watch))
+    if state.get("stamp") == key:
         host.noop(f"{what}: passed before for these inputs")
         return
     # a subshell: a command that ends with `exit` still lets the stamp be written after it

@@ -222,8 +222,8 @@ def test_harness_fails_when_commands_differ():
 
 def test_harness_fails_on_a_missing_or_unread_fact():
     case = _first_run()
-    case["facts"]["files.FileContents"] = {}
-    with pytest.raises(KeyError, match="missing test fact data: files.FileContents"):
+    case["facts"]["CheckStamp"] = {}
+    with pytest.raises(KeyError, match="missing test fact data: CheckStamp"):
         check_case("check_passes", case)
     case = _first_run()
     case["facts"]["files.File"] = {"path=/nowhere": None}

@@ -176,7 +176,7 @@ def link_model_files(placed: PlacedModel, into: str) -> None:
     base = into.rstrip("/")
     subdirs = sorted({d.rsplit("/", 1)[0] for d in placed.files if "/" in d})
     survey([*(f"{base}/{d}" for d in subdirs), *(f"{base}/{d}" for d in placed.files)])
-    for dest in sorted({d.rsplit("/", 1)[0] for d in placed.files if "/" in d}):
+    for dest in subdirs:
         directory_placed(name=f"Directory {base}/{dest}", path=f"{base}/{dest}", mode="755")
     for dest, target in sorted(placed.files.items()):
         link_placed(name=f"Link {base}/{dest}", path=f"{base}/{dest}", target=target)

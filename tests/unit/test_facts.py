@@ -111,3 +111,22 @@ def test_check_stamp_reads_the_stamp_and_each_watched_file_in_one_command(tmp_pa
     assert run() == {"stamp": "5b1e0c4f", "watch": [digest, None]}
     stamp.unlink()
     assert run() == {"stamp": None, "watch": [digest, None]}
+
+
+def test_account_on_the_lab_output():
+    """roles/common/facts.py Account on the lab's vllm account (tests/fixtures/accounts): the
+    primary group is not a supplementary one; no account reads as None."""
+    from pathlib import Path
+
+    from roles.common.facts import Account
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "accounts" / "vllm-lab.txt"
+    assert Account().process(path.read_text().splitlines()) == {
+        "comment": "rigup vLLM service",
+        "home": "/var/lib/rigup/vllm",
+        "shell": "/usr/sbin/nologin",
+        "primary": "vllm",
+        "groups": ["video"],
+        "home_owner": "vllm:vllm",
+    }
+    assert Account().process(["@absent"]) is None

@@ -12,10 +12,11 @@ from pathlib import Path
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.operations import apt, files, server
+from pyinfra.operations import apt, server
 
 from roles.common.facts import UvVersion
 from roles.common.paths import Layout
+from roles.common.placed import directory_placed, file_placed, survey
 from roles.common.preflight import require_supported_host
 from roles.common.service import service_tools
 from roles.common.uv import PackageSources
@@ -38,21 +39,23 @@ def base(settings) -> None:
     apt.update(name="Refresh apt lists (at most daily)", cache_time=24 * 3600)
     apt.packages(name="Install the apt baseline", packages=list(data.base_apt_packages))
 
-    for path, mode in (
+    directories = (
         (p.prefix, "755"),
         (p.etc, "755"),
         (p.state, "755"),
         (p.checks, "755"),
         (p.tmp, "700"),
         (p.uv_cache, "700"),
-    ):
-        files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode=mode)
+    )
+    survey([*(path for path, _ in directories), f"{p.uv_venv}.lock"])
+    for path, mode in directories:
+        directory_placed(name=f"Directory {path}", path=path, user="root", group="root", mode=mode)
 
     # uv into a small venv of its own, by pip from files/base/uv.lock (hash-pinned, from the
     # host's package sources): no curl|sh installer, and upgraded or downgraded only when
     # uv_version changes.
     lock = f"{p.uv_venv}.lock"
-    files.put(name="uv lock file", src=str(UV_LOCK), dest=lock, mode="644")
+    file_placed(name="uv lock file", src=str(UV_LOCK), dest=lock, mode="644")
     installed = host.get_fact(UvVersion, path=p.uv)
     if installed != data.uv_version:
         pip_args = shlex.join(PackageSources.from_data(data).pip_args())

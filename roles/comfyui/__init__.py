@@ -34,6 +34,7 @@ from roles.comfyui.paths import BASE_SUBDIRS, ComfyuiPaths
 from roles.comfyui.release import release_of, release_source
 from roles.comfyui.settings import ComfyuiSettings
 from roles.common.operations import fingerprint
+from roles.common.placed import survey
 from roles.common.service import GpuService, ServiceSpec
 from roles.model import ModelStore, link_model_files
 from roles.nvidia.layer import NvidiaLayer, gpu_hold_back_reason
@@ -92,6 +93,7 @@ def comfyui(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> N
     release, changes = release_source(settings)
     svc.track(*changes, software=True)
     check_args = FILES / "check_args.py"
+    survey((f"{d.bin}/check_args.py", d.args_file))
     svc.put("Script check_args.py", check_args, f"{d.bin}/check_args.py", "755")
 
     args = main_args(settings)

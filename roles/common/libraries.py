@@ -7,11 +7,11 @@ name from the repository root."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from pyinfra import host
-from pyinfra.facts.files import FindDirectories, FindFiles
+from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files
+
+from roles.common.placed import file_absent, survey_tree, tree_entries, tree_placed
 
 #: the package's source on the controller
 PACKAGE = Path(__file__).resolve().parents[2] / "rigup"
@@ -19,28 +19,30 @@ PACKAGE = Path(__file__).resolve().parents[2] / "rigup"
 PACKAGE_NAME = PACKAGE.name
 
 
-def host_package(lib: str) -> Any:
-    """Install rigup's host package as ``<lib>/rigup`` (its files synced: a module the package no
-    longer has is removed) and remove every other entry of ``lib``, which holds the package
-    alone (a module or package of another name there, which no deploy of this tree put, would
-    be code the scripts could import by mistake). Reads facts: call inside a deploy. Returns
-    the sync operation, which changes when the package's code changed."""
+def host_package(lib: str) -> OperationMeta:
+    """Install rigup's host package as ``<lib>/rigup`` (its files held as in the repository: a
+    module the package no longer has is removed, :func:`roles.common.placed.tree_placed`) and
+    remove every other entry of ``lib``, which holds the package alone (a module or package of
+    another name there, which no deploy of this tree put, would be code the scripts could
+    import by mistake). ``lib`` and everything under it are read in one round trip
+    (:func:`roles.common.placed.survey_tree`). Reads facts: call inside a deploy. Returns the
+    package's operation, which changes when the package's code changed."""
     dest = f"{lib}/{PACKAGE_NAME}"
-    op = files.sync(
+    survey_tree(lib)
+    op = tree_placed(
         name=f"Package {PACKAGE_NAME} in {lib} (the rig's own code)",
         src=str(PACKAGE),
         dest=dest,
         mode="644",
         dir_mode="755",
-        delete=True,
-        exclude=["*.pyc"],
-        exclude_dir=["__pycache__", "*/__pycache__"],
     )
-    found_dirs = set(host.get_fact(FindDirectories, path=lib, maxdepth=1) or []) - {lib, dest}
-    found_files = set(host.get_fact(FindFiles, path=lib, maxdepth=1) or [])
     what = f"Only the package {PACKAGE_NAME} in {lib}: remove"
-    for path in sorted(found_dirs):
-        files.directory(name=f"{what} {path}", path=path, present=False)
-    for path in sorted(found_files):
-        files.file(name=f"{what} {path}", path=path, present=False)
+    for path, state in sorted(tree_entries(lib).items()):
+        rel = path[len(lib) :].strip("/")
+        if not rel or "/" in rel or rel == PACKAGE_NAME or state is None:
+            continue
+        if state.get("type") == "directory":
+            files.directory(name=f"{what} {path}", path=path, present=False)
+        else:
+            file_absent(name=f"{what} {path}", path=path)
     return op

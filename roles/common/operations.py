@@ -14,14 +14,38 @@ import shlex
 from collections.abc import Callable
 from io import StringIO
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, StringCommand, operation
 from pyinfra.api.exceptions import OperationError
-from pyinfra.facts.files import FileContents, Sha256File
-from pyinfra.operations import files
+from pyinfra.facts.files import Sha256File
+from pyinfra.operations import files, server
 
-from roles.common.facts import JsonFile, UvSyncPending, uv_env
+from roles.common.facts import (
+    SYNCED_STAMP,
+    Account,
+    CheckStamp,
+    JsonFile,
+    UvSyncPending,
+    VenvSynced,
+    uv_env,
+    venv_fingerprint,
+)
+
+#: per host, while planning: :class:`VenvSynced` by (venv, lock, uv), read once for both
+#: :func:`uv_venv_synced` and :func:`uv_venv_recorded` (nothing changes a host while planning)
+_PLANNED_SYNCED: WeakKeyDictionary[Any, dict[tuple[str, str, str], bool]] = WeakKeyDictionary()
+
+
+def _venv_synced(venv: str, lock: str, uv: str) -> bool:
+    """:class:`VenvSynced` of the venv: read once per planning, fresh when operations run."""
+    if host.state.is_executing:
+        return bool(host.get_fact(VenvSynced, venv=venv, lock=lock, uv=uv))
+    planned = _PLANNED_SYNCED.setdefault(host, {})
+    if (venv, lock, uv) not in planned:
+        planned[venv, lock, uv] = bool(host.get_fact(VenvSynced, venv=venv, lock=lock, uv=uv))
+    return planned[venv, lock, uv]
 
 
 def fingerprint(*parts: Any) -> str:
@@ -52,10 +76,16 @@ def uv_venv_synced(
     + sources: where packages come from, as uv environment words
       (:meth:`roles.common.uv.PackageSources.uv_env`; "" for PyPI)
 
-    A no-op when ``uv pip sync --dry-run`` reports nothing to do. Raises ``OperationError`` when
+    A no-op when the venv is as the last sync left it (:class:`VenvSynced`: the fingerprint
+    each sync records in ``<venv>/.rigup-synced``; one round trip instead of uv's dry run);
+    otherwise ``uv pip sync --dry-run`` decides (a venv that matches but has no record gets
+    it from :func:`uv_venv_recorded`). Raises ``OperationError`` when
     uv cannot evaluate the lock (its message is included).
     """
     python_bin = f"{venv}/bin/python"
+    if _venv_synced(venv, lock, uv):
+        host.noop(f"venv {venv} matches {lock} (unchanged since its last sync)")
+        return
     pending = host.get_fact(
         UvSyncPending,
         uv=uv,
@@ -79,6 +109,26 @@ def uv_venv_synced(
         f"{env} {shlex.quote(uv)} pip sync --require-hashes --python {shlex.quote(python_bin)} "
         f"{shlex.quote(lock)}"
     )
+    yield record_command(venv, lock, uv)
+
+
+def record_command(venv: str, lock: str, uv: str) -> str:
+    """The command that records the venv's :func:`venv_fingerprint` in ``<venv>/.rigup-synced``
+    (read by :class:`VenvSynced`)."""
+    return f"{venv_fingerprint(venv, lock, uv)} > {shlex.quote(f'{venv}/{SYNCED_STAMP}')}"
+
+
+@operation()
+def uv_venv_recorded(venv: str, lock: str, uv: str):
+    """Record that the venv at ``venv`` matches ``lock`` (after :func:`uv_venv_synced`), so the
+    next run reads one fingerprint instead of running uv's dry run. A separate operation,
+    tracked by nothing: a venv converged before rigup kept this record gets it once, without
+    counting as new software (no check re-runs, no service restarts for it). A no-op when the
+    record is current (after a sync, which writes it)."""
+    if _venv_synced(venv, lock, uv):
+        host.noop(f"venv {venv}: its sync is recorded")
+        return
+    yield record_command(venv, lock, uv)
 
 
 @operation()
@@ -96,10 +146,10 @@ def check_passes(command: str, stamp: str, key: str, what: str, watch: tuple[str
     The check re-runs whenever ``key`` changes, so a converged host pays nothing and any change to
     the checked inputs is checked again. A failing check fails the operation (and the deploy).
     """
+    state = host.get_fact(CheckStamp, stamp=stamp, watch=tuple(watch)) or {}
     if watch:
-        key = fingerprint(key, [host.get_fact(Sha256File, path=path) for path in watch])
-    current = host.get_fact(FileContents, path=stamp)
-    if current and current[0].strip() == key:
+        key = fingerprint(key, state.get("watch") or [None] * len(watch))
+    if state.get("stamp") == key:
         host.noop(f"{what}: passed before for these inputs")
         return
     # a subshell: a command that ends with `exit` still lets the stamp be written after it
@@ -164,3 +214,30 @@ def secret_file(path: str, secret: str | None, what: str):
         remote_temp_filename=host.get_temp_filename(path, temp_directory=directory),
     )
     yield StringCommand("chown", "root:root", path, "&&", "chmod", "600", path)
+
+
+@operation()
+def service_account(user: str, home: str, shell: str, groups: tuple[str, ...], comment: str):
+    """A system account ``user`` (its own group, supplementary ``groups`` exactly) with ``home``
+    owned by it, ``shell`` and ``comment``: what pyinfra's ``server.user`` makes (it does
+    so when anything differs), decided from one :class:`Account` round trip instead of its
+    ``Users``, ``Groups``, ``Os`` and ``Directory`` facts."""
+    current = host.get_fact(Account, user=user, home=home)
+    if (
+        current is not None
+        and current["home"] == home
+        and current["shell"] == shell
+        and current["comment"] == comment
+        and set(current["groups"]) == set(groups)
+        and current["home_owner"] == f"{user}:{user}"
+    ):
+        host.noop(f"account {user} is as wanted")
+        return
+    yield from server.user._inner(
+        user=user,
+        system=True,
+        home=home,
+        shell=shell,
+        groups=list(groups),
+        comment=comment,
+    )

@@ -25,14 +25,21 @@ from pyinfra.api import operation
 from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.files import File
-from pyinfra.operations import files, server, systemd
+from pyinfra.operations import server, systemd
 from pyinfra.operations.util import any_changed
 
 from roles.common.facts import ListeningSockets, UnitState
 from roles.common.footprint import ServiceFootprint
 from roles.common.libraries import host_package
-from roles.common.operations import check_passes, secret_file
+from roles.common.operations import check_passes, secret_file, service_account
 from roles.common.paths import Layout, ServicePaths
+from roles.common.placed import (
+    directory_placed,
+    file_absent,
+    file_placed,
+    survey,
+    template_placed,
+)
 from roles.common.urls import is_loopback, local_probe_url, port_holders
 from roles.common.venv import LockedVenv, locked_venv
 
@@ -183,17 +190,17 @@ class GpuService:
         """System user (no login, group ``video`` for /dev/nvidia*) with its home (0750) and
         ``home/tmp`` (0700), both owned by it."""
         user, home = self.spec.user, self.spec.home
-        server.user(
+        survey((home, f"{home}/tmp"))
+        service_account(
             name=f"Service user {user}",
             user=user,
-            system=True,
             home=home,
             shell="/usr/sbin/nologin",
-            groups=["video"],
+            groups=("video",),
             comment=comment,
         )
-        files.directory(name=f"Directory {home}", path=home, user=user, group=user, mode="750")
-        files.directory(
+        directory_placed(name=f"Directory {home}", path=home, user=user, group=user, mode="750")
+        directory_placed(
             name=f"Directory {home}/tmp", path=f"{home}/tmp", user=user, group=user, mode="700"
         )
 
@@ -202,13 +209,14 @@ class GpuService:
     ):
         """``root_owned`` directories (0755, the software's) and ``owned`` ``(path, mode)``
         directories of the service user (its data). Never their content."""
+        survey([*root_owned, *(path for path, _ in owned)])
         for path in root_owned:
-            files.directory(
+            directory_placed(
                 name=f"Directory {path}", path=path, user="root", group="root", mode="755"
             )
         user = self.spec.user
         for path, mode in owned:
-            files.directory(name=f"Directory {path}", path=path, user=user, group=user, mode=mode)
+            directory_placed(name=f"Directory {path}", path=path, user=user, group=user, mode=mode)
 
     def venv(self, **venv_args: Any) -> LockedVenv:
         """The service's locked venv, tracked: :func:`roles.common.venv.locked_venv` with
@@ -222,7 +230,7 @@ class GpuService:
         ``var=<key>`` for the unit's ``EnvironmentFile=-`` (systemd reads it as root; the key
         never appears in argv, the unit or pyinfra's output, ``--diff`` included); tracked.
         ``key`` None (``$key_env`` unset on the controller) leaves the file as it is."""
-        files.directory(
+        directory_placed(
             name=f"Directory {secrets_dir}", path=secrets_dir, user="root", group="root", mode="700"
         )
         self.track(
@@ -236,7 +244,7 @@ class GpuService:
 
     def put(self, name: str, src: Path | StringIO, dest: str, mode: str = "644"):
         """A root-owned file the service runs or reads (a script, its argv JSON), tracked."""
-        op = files.put(
+        op = file_placed(
             name=name, src=src if isinstance(src, StringIO) else str(src), dest=dest, mode=mode
         )
         self.track(op)
@@ -248,10 +256,9 @@ class GpuService:
         """An on-host check that must pass (:func:`roles.common.operations.check_passes`);
         it runs again when ``key`` or a ``watch`` file changes and after the software changed."""
         if self.software:
-            files.file(
+            file_absent(
                 name=f"Forget {stamp} (venv rebuilt)",
                 path=stamp,
-                present=False,
                 _if=any_changed(*self.software),
             )
         return check_passes(
@@ -280,7 +287,8 @@ class GpuService:
         target = s.target
         if blocker is None:
             require_port_free(s)
-        env_file = files.template(
+        survey((s.env_file, s.unit_path))
+        env_file = template_placed(
             name=f"{s.component} environment file",
             src=str(FILES / "service.env.j2"),
             dest=s.env_file,
@@ -292,7 +300,7 @@ class GpuService:
             env=s.env,
             jinja_env_kwargs=dict(JINJA),
         )
-        unit = files.template(
+        unit = template_placed(
             name=f"Unit {s.unit}",
             src=str(FILES / "service.unit.j2"),
             dest=s.unit_path,
@@ -338,15 +346,17 @@ def service_tools(settings: Any) -> None:
     diagnosis table's verdicts, which rigup-start prints), with the package it imports
     (rigup: rigup.units, rigup.diagnosis) in ``<prefix>/lib``."""
     layout = Layout.from_data(settings)
+    scripts = ("wait-ready", "rigup-start", "rigup-explain")
+    survey([layout.bin, layout.lib, *(f"{layout.bin}/{script}" for script in scripts)])
     for path in (layout.bin, layout.lib):
-        files.directory(name=f"Directory {path}", path=path, mode="755")
+        directory_placed(name=f"Directory {path}", path=path, mode="755")
     host_package(layout.lib)
     for script, what in (
         ("wait-ready", "service readiness"),
         ("rigup-start", "honest starts"),
         ("rigup-explain", "why a unit is not up"),
     ):
-        files.put(
+        file_placed(
             name=f"Script {script} ({what})",
             src=str(FILES / script),
             dest=f"{layout.bin}/{script}",

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from pyinfra.api.operation import OperationMeta
-from pyinfra.operations import files
 
-from roles.common.operations import uv_venv_synced
+from roles.common.operations import uv_venv_recorded, uv_venv_synced
 from roles.common.paths import Layout
+from roles.common.placed import file_placed, file_present, survey
 from roles.common.uv import PackageSources
 
 
@@ -53,7 +53,8 @@ def locked_venv(
     against the lock whatever the source.
     """
     layout = Layout.from_data(settings)
-    lock_op = files.put(name=f"{what} lock file", src=str(lock_src), dest=lock, mode="644")
+    survey((lock, f"{venv}/.lock"))
+    lock_op = file_placed(name=f"{what} lock file", src=str(lock_src), dest=lock, mode="644")
     venv_op = uv_venv_synced(
         name=f"{what} venv ({contents}; uv, locked)",
         venv=venv,
@@ -65,6 +66,7 @@ def locked_venv(
         mislabelled=mislabelled,
         sources=PackageSources.from_data(settings).uv_env(),
     )
+    uv_venv_recorded(name=f"{what} venv: its sync recorded", venv=venv, lock=lock, uv=layout.uv)
     uv_lock_private(venv)
     return LockedVenv(lock=lock_op, venv=venv_op, path=venv)
 
@@ -74,7 +76,7 @@ def uv_lock_private(directory: str) -> None:
     directory, root-only (0600). uv creates it world-writable (0666), and flock needs only a
     file one can open: with 0666 or 0644 any local user could hold it and stall every uv run
     of a converge. Created if absent (uv takes the file as it finds it)."""
-    files.file(
+    file_present(
         name=f"uv's lock file {directory}/.lock root-only (0600)",
         path=f"{directory}/.lock",
         user="root",

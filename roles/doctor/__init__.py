@@ -27,12 +27,18 @@ from pathlib import Path
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.files import FindFiles
-from pyinfra.operations import files
 
 from roles.common.facts import AllowedCpus
 from roles.common.libraries import host_package
 from roles.common.operations import check_passes, fingerprint
 from roles.common.paths import Layout
+from roles.common.placed import (
+    directory_placed,
+    file_absent,
+    file_placed,
+    link_placed,
+    survey,
+)
 from roles.doctor.config import arm_files, doctor_config
 from roles.doctor.paths import COMMANDS, FILES, LINK_DIR, DoctorPaths
 from roles.doctor.settings import arm_problems
@@ -68,18 +74,25 @@ def doctor(settings, llm: PlacedModel) -> None:
         if settings.get("vllm_device") == "cpu"
         else []
     )
+    survey(
+        [
+            *(dp.root, dp.bin, dp.lib, dp.etc, dp.arms, dp.results, dp.config),
+            *(f"{dp.bin}/{name}" for name in COMMANDS),
+            *(f"{LINK_DIR}/{name}" for name in COMMANDS),
+        ]
+    )
     for path in (dp.root, dp.bin, dp.lib, dp.etc, dp.arms, dp.results):
-        files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
+        directory_placed(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
     host_package(dp.lib)
     for name in COMMANDS:
-        files.put(
+        file_placed(
             name=f"Command {name}", src=str(FILES / name), dest=f"{dp.bin}/{name}", mode="755"
         )
-        files.link(
+        link_placed(
             name=f"{LINK_DIR}/{name} on PATH", path=f"{LINK_DIR}/{name}", target=f"{dp.bin}/{name}"
         )
     config = doctor_config(settings, llm.path, model_record(llm), cpus)
-    files.put(
+    file_placed(
         name="doctor.json (what the doctor, the benchmark and the report know of this host)",
         src=StringIO(json.dumps(config, indent=1) + "\n"),
         dest=dp.config,
@@ -87,22 +100,26 @@ def doctor(settings, llm: PlacedModel) -> None:
     )
     wanted: set[str] = set()
     checked = []
-    for name, arm in settings.get("bench_arms").items():
-        if arm_problems(settings, arm):
-            continue  # rigup-bench says why (doctor.json)
-        for suffix, text in arm_files(settings, name, arm, llm.path, cpus).items():
-            wanted.add(f"{name}{suffix}")
-            files.put(
-                name=f"Bench arm {name}{suffix}",
-                src=StringIO(text),
-                dest=f"{dp.arms}/{name}{suffix}",
-                mode="644",
-            )
-            if suffix == ".json":
-                checked.append((name, text))
+    arms = [
+        (name, suffix, text)
+        for name, arm in settings.get("bench_arms").items()
+        if not arm_problems(settings, arm)  # else rigup-bench says why (doctor.json)
+        for suffix, text in arm_files(settings, name, arm, llm.path, cpus).items()
+    ]
+    survey(f"{dp.arms}/{name}{suffix}" for name, suffix, _ in arms)
+    for name, suffix, text in arms:
+        wanted.add(f"{name}{suffix}")
+        file_placed(
+            name=f"Bench arm {name}{suffix}",
+            src=StringIO(text),
+            dest=f"{dp.arms}/{name}{suffix}",
+            mode="644",
+        )
+        if suffix == ".json":
+            checked.append((name, text))
     for path in host.get_fact(FindFiles, path=dp.arms, quote_path=True) or []:
         if Path(path).name not in wanted:
-            files.file(name=f"Remove the old bench arm file {path}", path=path, present=False)
+            file_absent(name=f"Remove the old bench arm file {path}", path=path)
     if checked:
         vp = VllmPaths.from_data(settings)
         commands = " && ".join(

@@ -25,9 +25,10 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
-from pyinfra.operations import files, server
+from pyinfra.operations import server
 
 from roles.common.operations import json_file_patched, secret_file
+from roles.common.placed import directory_placed, file_placed, link_placed, survey, tree_placed
 from roles.common.venv import locked_venv
 from roles.model.commands import FILES, TOOL, backup_argv, fetch_argv, layout, verify_argv
 from roles.model.manifest import Manifest, ManifestError, load_manifest, lock_path, store_path
@@ -119,12 +120,13 @@ class ModelStore:
                 f"${token_env} is not set on the controller: a download from the hub would be "
                 "refused"
             )
+        manifest_file = f"{p.manifests_dir}/{m.name}.json"
+        survey((p.store, f"{p.store}/{m.name}", manifest_file))
         for path in (p.store, f"{p.store}/{m.name}"):
-            files.directory(
+            directory_placed(
                 name=f"Directory {path}", path=path, user="root", group="root", mode="755"
             )
-        manifest_file = f"{p.manifests_dir}/{m.name}.json"
-        files.put(
+        file_placed(
             name=f"Manifest {m.name} (JSON for model_fetch.py)",
             src=StringIO(manifest_json(m)),
             dest=manifest_file,
@@ -160,10 +162,12 @@ def link_model_files(placed: PlacedModel, into: str) -> None:
             "[[files]] (with dest) to link them one by one"
         )
     base = into.rstrip("/")
-    for dest in sorted({d.rsplit("/", 1)[0] for d in placed.files if "/" in d}):
-        files.directory(name=f"Directory {base}/{dest}", path=f"{base}/{dest}", mode="755")
+    subdirs = sorted({d.rsplit("/", 1)[0] for d in placed.files if "/" in d})
+    survey([*(f"{base}/{d}" for d in subdirs), *(f"{base}/{d}" for d in placed.files)])
+    for dest in subdirs:
+        directory_placed(name=f"Directory {base}/{dest}", path=f"{base}/{dest}", mode="755")
     for dest, target in sorted(placed.files.items()):
-        files.link(name=f"Link {base}/{dest}", path=f"{base}/{dest}", target=target)
+        link_placed(name=f"Link {base}/{dest}", path=f"{base}/{dest}", target=target)
 
 
 @deploy("Model tool")
@@ -171,15 +175,17 @@ def model_store(settings) -> ModelStore:
     """The model tool venv, its script, the manifest and token directories; returns the
     :class:`ModelStore` through which every component places its models."""
     p = ModelPaths.from_data(settings)
-    for path, mode in (
+    directories = (
         (p.root, "755"),
         (p.bin, "755"),
         (p.etc, "755"),
         (p.manifests_dir, "755"),
         (p.secrets_dir, "700"),
         (p.reports, "755"),
-    ):
-        files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode=mode)
+    )
+    survey([*(path for path, _ in directories), p.lock, f"{p.venv}/.lock", p.fetch])
+    for path, mode in directories:
+        directory_placed(name=f"Directory {path}", path=path, user="root", group="root", mode=mode)
     locked_venv(
         settings,
         what="Model tool",
@@ -189,10 +195,10 @@ def model_store(settings) -> ModelStore:
         venv=p.venv,
         python=settings.model_tool_python,
     )
-    files.put(
+    file_placed(
         name="Script model_fetch.py", src=str(FILES / "model_fetch.py"), dest=p.fetch, mode="755"
     )
-    files.sync(
+    tree_placed(
         name="The model tool (modeltool package beside model_fetch.py)",
         src=str(TOOL),
         dest=f"{p.bin}/modeltool",
@@ -200,9 +206,6 @@ def model_store(settings) -> ModelStore:
         group="root",
         mode="644",
         dir_mode="755",
-        delete=True,
-        exclude=["*.pyc"],
-        exclude_dir=["__pycache__", "*/__pycache__"],
     )
     for source, hub, env_key, path in (
         ("huggingface", "Hugging Face", "hf_token_env", p.hf_token_file),

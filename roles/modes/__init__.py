@@ -25,12 +25,13 @@ from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import FactBase, deploy, operation
-from pyinfra.operations import files, systemd
+from pyinfra.operations import systemd
 from pyinfra.operations.util import any_changed
 
 from roles import services as registry
 from roles.common.footprint import MODES, by_mode
 from roles.common.paths import Layout
+from roles.common.placed import directory_placed, link_placed, survey, template_placed
 from roles.common.service import rigup_start
 from roles.modes.budget import budget_report
 
@@ -128,11 +129,13 @@ def modes(settings) -> None:
             logger.info(f"[{host.name}] VRAM budget, {mode} mode: {line}")
 
     services = mode_services(data)
+    command = f"{p.prefix}/bin/rigup-mode"
+    survey([*(f"{UNIT_DIR}/{t}" for t in MODES.values()), f"{p.prefix}/bin", command, COMMAND_LINK])
     changed = []
     for mode, target in MODES.items():
         others = [t for m, t in MODES.items() if m != mode]
         changed.append(
-            files.template(
+            template_placed(
                 name=f"Unit {target}",
                 src=str(FILES / "modes" / "rigup-mode.target.j2"),
                 dest=f"{UNIT_DIR}/{target}",
@@ -144,9 +147,8 @@ def modes(settings) -> None:
                 order_after=mode != next(iter(MODES)),
             )
         )
-    files.directory(name=f"Directory {p.prefix}/bin", path=f"{p.prefix}/bin", mode="755")
-    command = f"{p.prefix}/bin/rigup-mode"
-    files.template(
+    directory_placed(name=f"Directory {p.prefix}/bin", path=f"{p.prefix}/bin", mode="755")
+    template_placed(
         name="Switch command rigup-mode",
         src=str(FILES / "modes" / "rigup-mode.j2"),
         dest=command,
@@ -156,7 +158,7 @@ def modes(settings) -> None:
         default=data.rigup_mode,
         rigup_start=rigup_start(settings),
     )
-    files.link(name=f"Link {COMMAND_LINK}", path=COMMAND_LINK, target=command)
+    link_placed(name=f"Link {COMMAND_LINK}", path=COMMAND_LINK, target=command)
     systemd.daemon_reload(name="systemd daemon-reload (mode targets)", _if=any_changed(*changed))
     for mode, target in MODES.items():
         boot = mode == data.rigup_mode

@@ -13,6 +13,7 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import apt, files, python, server
 from pyinfra.operations.util import any_changed
 
+from roles.common.placed import directory_placed, file_placed, template_placed
 from roles.nvidia.facts import (
     KernelPackages,
     NvidiaDriverState,
@@ -84,7 +85,7 @@ def blacklist_nouveau() -> OperationMeta:
         name="NVIDIA prerequisites (pciutils, mokutil, kmod, initramfs-tools)",
         packages=["pciutils", "mokutil", "kmod", "initramfs-tools"],
     )
-    blacklist = files.put(
+    blacklist = file_placed(
         name="Blacklist nouveau",
         src=str(FILES / "blacklist-nouveau.conf"),
         dest="/etc/modprobe.d/rigup-blacklist-nouveau.conf",
@@ -101,7 +102,7 @@ def nvidia_repository(settings, np: NvidiaPaths) -> None:
     """NVIDIA's CUDA repository (the ``nvidia-repo`` path): its keyring package, downloaded
     with its pinned sha256, and an apt preference holding it to ``nvidia_driver_branch``."""
     keyring = f"{np.cache}/{settings.nvidia_cuda_keyring_deb}"
-    files.directory(name=f"Directory {np.cache}", path=np.cache, mode="755")
+    directory_placed(name=f"Directory {np.cache}", path=np.cache, mode="755")
     download = files.download(
         name=f"Download {settings.nvidia_cuda_keyring_deb} (sha256 pinned)",
         src=f"{settings.nvidia_cuda_repo_url}/{settings.nvidia_cuda_keyring_deb}",
@@ -109,7 +110,7 @@ def nvidia_repository(settings, np: NvidiaPaths) -> None:
         sha256sum=settings.nvidia_cuda_keyring_sha256,
     )
     deb = apt.deb(name="Install cuda-keyring (NVIDIA's CUDA repository)", src=keyring)
-    pin = files.template(
+    pin = template_placed(
         name=f"Hold NVIDIA's repository to driver branch {settings.nvidia_driver_branch}",
         src=str(FILES / "nvidia-driver-pin.j2"),
         dest="/etc/apt/preferences.d/rigup-nvidia-driver",
@@ -130,7 +131,7 @@ def install_and_hold(wanted: list[str], held_kernel: tuple[str, ...]) -> Operati
         packages=wanted,
         no_recommends=True,
     )
-    files.template(
+    template_placed(
         name="Keep the driver and kernel out of unattended upgrades",
         src=str(FILES / "unattended-upgrades.j2"),
         dest="/etc/apt/apt.conf.d/51rigup-nvidia",

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra.api import deploy
-from pyinfra.operations import files, systemd
+from pyinfra.operations import systemd
 from pyinfra.operations.util import any_changed
 
+from roles.common.placed import template_placed
 from roles.nvidia.paths import FILES, NVLINK_UNIT, NvidiaPaths
 from roles.nvidia.tools import NvidiaTools
 from roles.nvidia.units import boot_unit, held_back, json_config
@@ -33,7 +34,7 @@ def nvlink(settings, tools: NvidiaTools, usable: bool) -> None:
     ``usable``."""
     np = NvidiaPaths.from_data(settings)
     config = json_config("NVLink expectations", np.nvlink_config, nvlink_config(settings))
-    unit = files.template(
+    unit = template_placed(
         name=f"Unit {NVLINK_UNIT}",
         src=str(FILES / "rigup-nvlink.service.j2"),
         dest=f"/etc/systemd/system/{NVLINK_UNIT}",

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra.api import deploy
-from pyinfra.operations import files, systemd
+from pyinfra.operations import systemd
 from pyinfra.operations.util import any_changed
 
+from roles.common.placed import template_placed
 from roles.nvidia.paths import FILES, PERSISTENCED, POWER_UNIT, NvidiaPaths
 from roles.nvidia.tools import NvidiaTools
 from roles.nvidia.units import boot_unit, held_back, json_config
@@ -32,14 +33,14 @@ def gpu_power(settings, tools: NvidiaTools, usable: bool) -> None:
     and fails on any difference. Started only where ``usable`` (GPUs and driver)."""
     np = NvidiaPaths.from_data(settings)
     config = json_config("Power limit configuration", np.power_config, power_config(settings))
-    dropin = files.template(
+    dropin = template_placed(
         name="nvidia-persistenced with persistence mode (drop-in)",
         src=str(FILES / "persistenced-rigup.conf.j2"),
         dest="/etc/systemd/system/nvidia-persistenced.service.d/rigup-persistence.conf",
         mode="644",
         persistence=settings.nvidia_persistence_mode,
     )
-    unit = files.template(
+    unit = template_placed(
         name=f"Unit {POWER_UNIT}",
         src=str(FILES / "rigup-gpu-power.service.j2"),
         dest=f"/etc/systemd/system/{POWER_UNIT}",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from io import StringIO
 
 from pyinfra.api import deploy
-from pyinfra.operations import files
 
+from roles.common.placed import directory_placed, file_placed
 from roles.common.venv import locked_venv
 from roles.nvidia.cuda_headers import MATH_FUNCTIONS_H
 from roles.nvidia.operations import cuda_home_linked, cuda_math_header_patched
@@ -20,7 +20,7 @@ def cuda_toolkit(settings) -> None:
     for login shells through /etc/profile.d/rigup-cuda.sh; on glibc >= 2.42 its math header gets
     the ``noexcept(true)`` nvcc 13.0 needs there (roles/nvidia/cuda_headers.py)."""
     np = NvidiaPaths.from_data(settings)
-    files.directory(name=f"Directory {np.cuda_root}", path=np.cuda_root, mode="755")
+    directory_placed(name=f"Directory {np.cuda_root}", path=np.cuda_root, mode="755")
     locked_venv(
         settings,
         what="CUDA toolkit",
@@ -37,7 +37,7 @@ def cuda_toolkit(settings) -> None:
         home=np.cuda_home,
     )
     env = cuda_env(settings)
-    files.put(
+    file_placed(
         name="CUDA toolkit on PATH for login shells",
         src=StringIO(
             "# Managed by rigup (roles/nvidia): the pinned CUDA toolkit\n"

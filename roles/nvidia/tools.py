@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pyinfra.operations import files
-
 from roles.common.libraries import PACKAGE_NAME, host_package
+from roles.common.placed import directory_placed, file_placed, survey
 from roles.nvidia.paths import FILES, NvidiaPaths
 
 SCRIPTS = ("rigup-gpu-power", "rigup-nvlink", "rigup-nvidia-diagnose", "rigup-p2p-bandwidth")
@@ -29,11 +28,12 @@ class NvidiaTools:
 
 def install_tools(np: NvidiaPaths) -> NvidiaTools:
     """Plan the tools' directories, package and scripts on the host."""
+    survey([np.root, np.bin, np.lib, np.etc, *(f"{np.bin}/{name}" for name in SCRIPTS)])
     for path in (np.root, np.bin, np.lib, np.etc):
-        files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
+        directory_placed(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
     ops = {PACKAGE_NAME: host_package(np.lib)}
     for name in SCRIPTS:
-        ops[name] = files.put(
+        ops[name] = file_placed(
             name=f"Script {name}", src=str(FILES / name), dest=f"{np.bin}/{name}", mode="755"
         )
     return NvidiaTools(ops)

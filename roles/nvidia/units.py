@@ -8,14 +8,15 @@ import json
 from io import StringIO
 
 from pyinfra import host, logger
-from pyinfra.operations import files, systemd
+from pyinfra.operations import systemd
 
+from roles.common.placed import file_placed
 from roles.nvidia.layer import hold_back_reason
 
 
 def json_config(name: str, dest: str, values: dict):
     """Put ``values`` as indented JSON at ``dest`` (0644); returns the operation."""
-    return files.put(
+    return file_placed(
         name=name, src=StringIO(json.dumps(values, indent=2) + "\n"), dest=dest, mode="644"
     )
 

@@ -25,6 +25,7 @@ from roles.cluster.member import ClusterMember
 from roles.cluster.unit import cluster_unit, leader_ready_exec, watch_script
 from roles.common.command_line import exec_line
 from roles.common.facts import AllowedCpus, VenvDistributions
+from roles.common.placed import survey
 from roles.common.service import GpuService, ServiceSpec, api_key_or_refuse
 from roles.common.urls import local_probe_url
 from roles.model import PlacedModel
@@ -183,6 +184,7 @@ def _venv_and_scripts(svc: GpuService, cfg: VllmSettings, p: VllmPaths) -> None:
         python=cfg.vllm_python,
         mislabelled=MISLABELLED[device],
     )
+    survey([*(f"{p.bin}/{name}" for name in SCRIPTS), f"{p.lib}/sitecustomize.py", p.args_file])
     for name, src in SCRIPTS.items():
         mode = "644" if name in MODULES else "755"
         svc.put(f"Script {name}", src, f"{p.bin}/{name}", mode)

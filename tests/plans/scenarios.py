@@ -286,21 +286,28 @@ def converged_rig():
 
 def former_host_libraries():
     """As converged_rig, with the NVIDIA layer's ``lib`` holding the package rigup and, beside
-    it, the modules of another layout (rigup_nvidia/, rigup_diagnosis/, rigup_units.py): pyinfra's
-    FindDirectories and FindFiles answers (``find`` lists the directory itself too)."""
+    it, the modules of another layout (rigup_nvidia/, rigup_diagnosis/, rigup_units.py): the
+    answer of roles/common/path_states.py TreeStates (``find -printf`` lines, then the files'
+    sha256 after ``@sha256``)."""
     lib = "/opt/rigup/nvidia/lib"
+
+    def entry(kind: str, path: str, mode: str = "755") -> str:
+        return f"{kind}\t{mode}\troot\troot\t4096\t\t{path}"
+
     return {
         **_converged_nvidia(),
         **_ubuntu_2604(),
         **_driver(),
         **_mirror_present(),
-        f"find {lib} -type d -maxdepth 1": [
-            lib,
-            f"{lib}/rigup",
-            f"{lib}/rigup_nvidia",
-            f"{lib}/rigup_diagnosis",
+        re.compile(rf"find {re.escape(lib)} -printf"): [
+            entry("d", lib),
+            entry("d", f"{lib}/rigup"),
+            entry("d", f"{lib}/rigup_nvidia"),
+            entry("d", f"{lib}/rigup_diagnosis"),
+            entry("f", f"{lib}/rigup_units.py", "644"),
+            "@sha256",
+            f"{'0' * 64}  {lib}/rigup_units.py",
         ],
-        f"find {lib} -type f -maxdepth 1": [f"{lib}/rigup_units.py"],
     }, {}
 
 

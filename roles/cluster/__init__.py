@@ -16,10 +16,8 @@ import json
 from io import StringIO
 from pathlib import Path
 
-from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.files import File
-from pyinfra.operations import apt, files, systemd
+from pyinfra.operations import apt, systemd
 from pyinfra.operations.util import any_changed
 
 from roles.cluster.firewall import TABLE, ruleset
@@ -27,6 +25,7 @@ from roles.cluster.firewall import unit as firewall_unit
 from roles.cluster.inventory import this_member
 from roles.cluster.unit import FIREWALL_UNIT, watch_script
 from roles.cluster.watch import WATCH, watch_config, watch_units
+from roles.common.placed import directory_placed, file_absent, file_placed, path_state, survey
 from roles.common.urls import is_loopback
 
 WATCH_SCRIPT = Path(__file__).resolve().parents[2] / "files" / "cluster" / "cluster_watch.py"
@@ -43,24 +42,26 @@ def cluster(settings) -> None:
     state_dir = f"{settings.get('rigup_state_dir')}/cluster"
     script = watch_script(settings)
     config = f"{etc}/watch.json"
+    units = (FIREWALL_UNIT, f"{WATCH}.timer", f"{WATCH}.service")
+    survey([etc, state_dir, nft_file, script, config, *(f"{UNIT_DIR}/{u}" for u in units)])
     if member is None:
         _removed(nft_file, script, config)
         return
-    files.directory(name="Cluster configuration directory", path=etc, mode="755")
-    files.directory(name="Cluster supervisor state", path=state_dir, mode="700")
+    directory_placed(name="Cluster configuration directory", path=etc, mode="755")
+    directory_placed(name="Cluster supervisor state", path=state_dir, mode="700")
     changed = []
     if member.firewall:
         apt.packages(name="nftables (Ubuntu's own)", packages=["nftables"])
         api = settings.get("vllm_port") if member.is_leader else None
         if api and is_loopback(str(settings.get("vllm_host"))):
             api = None
-        rules = files.put(
+        rules = file_placed(
             name=f"Firewall table inet {TABLE} (peer rigs only on the private link)",
             src=StringIO(ruleset(member, int(settings.get("ssh_port") or 22), api)),
             dest=nft_file,
             mode="600",
         )
-        unit = files.put(
+        unit = file_placed(
             name=f"Unit {FIREWALL_UNIT}",
             src=StringIO(firewall_unit(nft_file)),
             dest=f"{UNIT_DIR}/{FIREWALL_UNIT}",
@@ -84,10 +85,10 @@ def cluster(settings) -> None:
         )
     else:
         _firewall_removed(nft_file)
-    watch = files.put(
+    watch = file_placed(
         name="Supervisor rigup-cluster-watch", src=str(WATCH_SCRIPT), dest=script, mode="755"
     )
-    cfg = files.put(
+    cfg = file_placed(
         name="Supervisor configuration",
         src=StringIO(
             json.dumps(watch_config(settings, member, f"{state_dir}/watch-state.json"), indent=2)
@@ -97,7 +98,7 @@ def cluster(settings) -> None:
         mode="600",
     )
     units = [
-        files.put(name=f"Unit {name}", src=StringIO(text), dest=f"{UNIT_DIR}/{name}", mode="644")
+        file_placed(name=f"Unit {name}", src=StringIO(text), dest=f"{UNIT_DIR}/{name}", mode="644")
         for name, text in watch_units(
             script, config, state_dir, settings.get("cluster_watch_interval_s")
         ).items()
@@ -119,18 +120,18 @@ def cluster(settings) -> None:
 def _unit_removed(name: str) -> None:
     """``name`` stopped, disabled and its unit file removed, where an earlier run installed it."""
     path = f"{UNIT_DIR}/{name}"
-    if host.get_fact(File, path=path):
+    if path_state(path) is not None:
         systemd.service(
             name=f"{name} stopped and disabled", service=name, running=False, enabled=False
         )
-        files.file(name=f"{path} absent", path=path, present=False)
+        file_absent(name=f"{path} absent", path=path)
 
 
 def _firewall_removed(nft_file: str) -> None:
     """No cluster firewall: its unit stopped (its ExecStop deletes table inet rigup_cluster)
     and removed, with its ruleset."""
     _unit_removed(FIREWALL_UNIT)
-    files.file(name=f"{nft_file} absent", path=nft_file, present=False)
+    file_absent(name=f"{nft_file} absent", path=nft_file)
 
 
 def _removed(nft_file: str, script: str, config: str) -> None:
@@ -139,4 +140,4 @@ def _removed(nft_file: str, script: str, config: str) -> None:
         _unit_removed(name)
     _firewall_removed(nft_file)
     for path in (script, config):
-        files.file(name=f"{path} absent", path=path, present=False)
+        file_absent(name=f"{path} absent", path=path)

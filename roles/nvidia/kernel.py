@@ -84,7 +84,21 @@ def kernel_flavour(kernel: str, packages: Mapping[str, str]) -> KernelFlavour | 
     same_tail = [
         f for f, kernels in metas.items() if tail and any(uname_flavour(k) == tail for k in kernels)
     ]
-    candidates = exact or same_tail
+    return _best(exact or same_tail, packages)
+
+
+def installed_flavour(packages: Mapping[str, str]) -> KernelFlavour | None:
+    """The flavour of the installed kernel meta-package, whatever kernel runs now: the kernel a
+    host boots next, for a driver installed to be loaded then (``nvidia_driver_next_boot``: a
+    container runs its host's kernel, never the one its linux-generic installs). ``packages`` as
+    for :func:`kernel_flavour`, and the same choice among several. None when no image
+    meta-package is installed."""
+    return _best(list(_image_metas(packages)), packages)
+
+
+def _best(candidates: list[str], packages: Mapping[str, str]) -> KernelFlavour | None:
+    """The flavour among ``candidates`` whose top meta-package ``linux-<flavour>`` is installed,
+    then not ``virtual``, then HWE (where the kernel moves); with its installed meta-packages."""
     if not candidates:
         return None
     best = max(

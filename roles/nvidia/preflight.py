@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from roles.common import diagnosis
-from roles.nvidia.kernel import KernelFlavour, kernel_flavour, uname_flavour
+from roles.nvidia.kernel import KernelFlavour, installed_flavour, kernel_flavour, uname_flavour
 from roles.nvidia.parsers import (
     PowerLimitError,
     diagnose_driver,
@@ -27,8 +27,17 @@ from roles.nvidia.paths import BOOT_UNITS, PERSISTENCED
 #: when you run rigup.
 HOLD_PREFIXES = ("nvidia-", "libnvidia-", "linux-modules-nvidia-", "xserver-xorg-video-nvidia-")
 
+#: How a warning names a fault a reboot fixes: the run reboots the host, or (nvidia_driver_next_boot)
+#: leaves it to the next boot. The deploy collects the warnings ending so as its reboot reasons.
+REBOOT_NOTE = "(the run reboots the host for it)"
+NEXT_BOOT_NOTE = "(the next boot loads it: nvidia_driver_next_boot, rigup does not reboot)"
+
 #: Driver verdicts a converge itself resolves: nothing installed yet (it installs the driver).
 _INSTALLED_BY_THE_RUN = ("driver-not-loaded/not-installed",)
+#: With nvidia_driver_next_boot, the verdict of a host running another kernel than the one the
+#: modules were installed for (a container runs its host's): booting the installed kernel loads
+#: them.
+_NEXT_KERNEL_LOADS = "driver-not-loaded/not-installed-for-kernel"
 
 
 def driver_packages(data: Any, flavour: KernelFlavour | None) -> list[str]:
@@ -45,6 +54,21 @@ def driver_packages(data: Any, flavour: KernelFlavour | None) -> list[str]:
         modules = [flavour.modules_package(branch)] if flavour else []
         return [f"nvidia-driver-{branch}-open", *modules]
     return ["nvidia-open"]
+
+
+def target_flavour(data: Any, kernel: str, packages: Mapping[str, str]) -> KernelFlavour | None:
+    """The kernel flavour whose prebuilt modules the Ubuntu path installs: that of the running
+    ``kernel`` (:func:`roles.nvidia.kernel.kernel_flavour`), or with ``nvidia_driver_next_boot``
+    that of the installed kernel meta-package, booted next
+    (:func:`roles.nvidia.kernel.installed_flavour`). ``packages``: the KernelPackages fact's."""
+    if data.get("nvidia_driver_next_boot"):
+        return installed_flavour(packages)
+    return kernel_flavour(kernel, packages)
+
+
+def reboot_reasons(warnings: list[str]) -> list[str]:
+    """The warnings of :func:`driver_preflight` that name a fault a reboot fixes."""
+    return [w for w in warnings if w.endswith((REBOOT_NOTE, NEXT_BOOT_NOTE))]
 
 
 def kernel_hold(data: Any, flavour: KernelFlavour | None) -> tuple[str, ...]:
@@ -164,15 +188,25 @@ def driver_preflight(
         )
 
     kernel = state.get("kernel") or ""
+    next_boot = bool(data.get("nvidia_driver_next_boot"))
     flavour = None
-    if path == "ubuntu" and kernel and uname_flavour(kernel) is None:
+    if path == "ubuntu" and next_boot and kernel_packages is not None:
+        flavour = target_flavour(data, kernel, kernel_packages.get("packages") or {})
+        if flavour is None:
+            problems.append(
+                "nvidia_driver_next_boot installs the prebuilt NVIDIA modules for the kernel the "
+                "host boots next, and no kernel meta-package is installed to say which "
+                "(linux-generic, linux-generic-hwe-26.04, ...): install the one the host boots "
+                "(`apt install linux-generic`), or use nvidia_install_path = 'nvidia-repo' (DKMS)"
+            )
+    elif path == "ubuntu" and kernel and uname_flavour(kernel) is None:
         problems.append(
             f"the running kernel {kernel} is not an Ubuntu kernel (<version>-<abi>-<flavour>): "
             "Canonical's prebuilt NVIDIA modules exist only for Ubuntu's kernels. Boot an Ubuntu "
             "kernel (linux-generic), or use nvidia_install_path = 'nvidia-repo' (DKMS)"
         )
     elif path == "ubuntu" and kernel_packages is not None:
-        flavour = kernel_flavour(kernel, kernel_packages.get("packages") or {})
+        flavour = target_flavour(data, kernel, kernel_packages.get("packages") or {})
         if flavour is None:
             problems.append(
                 "no installed kernel meta-package tracks the running kernel "
@@ -213,8 +247,10 @@ def driver_preflight(
             continue
         if v.id == "driver-not-loaded/not-installed-for-kernel" and install_pending:
             continue  # the run installs the modules of the kernel's flavour, then reboots
-        if v.reboot_fixes:
-            warnings.append(f"{v} (the run reboots the host for it)")
+        if next_boot and (v.reboot_fixes or v.id == _NEXT_KERNEL_LOADS):
+            warnings.append(f"{v} {NEXT_BOOT_NOTE}")
+        elif v.reboot_fixes:
+            warnings.append(f"{v} {REBOOT_NOTE}")
         elif v.severity == diagnosis.FAIL:
             problems.append(str(v))
         else:
@@ -285,10 +321,13 @@ def driver_preflight(
     return problems, warnings
 
 
-def reboot_refusal(reasons: list[str], *, is_local: bool, allowed: bool) -> str | None:
+def reboot_refusal(
+    reasons: list[str], *, is_local: bool, allowed: bool, next_boot: bool = False
+) -> str | None:
     """The problem to report when a reboot is needed now but must not happen: the target is the
-    controller itself (``@local``) or ``nvidia_reboot_allowed`` is False. None otherwise."""
-    if not reasons or (allowed and not is_local):
+    controller itself (``@local``) or ``nvidia_reboot_allowed`` is False. None otherwise, and
+    with ``next_boot`` (nvidia_driver_next_boot: the reboot is reported, never taken)."""
+    if not reasons or next_boot or (allowed and not is_local):
         return None
     why = "it is the controller itself (@local)" if is_local else "nvidia_reboot_allowed is False"
     return (

@@ -43,7 +43,9 @@ def test_resolute_is_ubuntu_26_04_from_ubuntus_archive():
     assert cfg.suite_info.distro == "ubuntu" and cfg.suite_info.release == "Ubuntu 26.04"
     assert cfg.mirror == "http://archive.ubuntu.com/ubuntu"
     assert cfg.template_key.startswith("resolute-")
-    assert cfg.packages == (*TEMPLATE_PACKAGES, "ubuntu-keyring")
+    # an Ubuntu server's kernel and its initramfs generator: the NVIDIA layer installs the driver
+    # for that kernel's flavour and regenerates its initramfs
+    assert cfg.packages == (*TEMPLATE_PACKAGES, "ubuntu-keyring", "linux-generic", "dracut")
     # the CPython 3.11 for VoxCPM2 still comes from Debian 12
     assert cfg.debian_mirror == "http://deb.debian.org/debian"
 

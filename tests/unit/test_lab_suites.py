@@ -3,6 +3,7 @@ machine's own cgroup: no root, no containers, no network (gpg and dpkg-deb run f
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import lzma
 import os
@@ -384,3 +385,24 @@ def test_cli_status_names_the_suite(monkeypatch, capsys, tmp_path: Path):
     assert cli.main(["status"]) == 0
     out = capsys.readouterr().out
     assert "suite:       resolute (Ubuntu 26.04, from http://archive.ubuntu.com/ubuntu)" in out
+
+
+def test_ubuntu_machines_take_the_nvidia_stack_from_the_release_pocket():
+    """The driver, its libraries and the prebuilt modules are pinned together (the modules of a
+    kernel accept only the driver they were built with), to the suite's release pocket."""
+    from lab.render import NVIDIA_STACK, nvidia_release_pin_text
+
+    text = nvidia_release_pin_text("resolute")
+    stanza = dict(
+        line.split(": ", 1) for line in text.splitlines() if line and not line.startswith("#")
+    )
+    assert stanza == {
+        "Package": " ".join(NVIDIA_STACK),
+        "Pin": "release a=resolute",
+        "Pin-Priority": "995",
+    }
+    for name in ("nvidia-driver-580-open", "libnvidia-compute-580", "nvidia-utils-580",
+                 "linux-modules-nvidia-580-open-generic",
+                 "linux-modules-nvidia-580-open-7.0.0-14-generic",
+                 "xserver-xorg-video-nvidia-580"):  # fmt: skip
+        assert any(fnmatch.fnmatch(name, glob) for glob in NVIDIA_STACK), name

@@ -165,6 +165,26 @@ def nvidia_release_pin_text(suite: str) -> str:
     )
 
 
+#: Where an Ubuntu lab machine's dracut configuration for its foreign running kernel lives.
+DRACUT_FOREIGN_KERNEL = "/etc/dracut.conf.d/90-rigup-lab-foreign-kernel.conf"
+
+
+def dracut_foreign_kernel_text() -> str:
+    """Content of :data:`DRACUT_FOREIGN_KERNEL`: an initramfs asked for a kernel whose modules
+    are not in the machine is built without kernel modules (dracut's ``no_kernel``) instead of
+    failing. A container runs its host's kernel (``uname -r``), never installed in it, and
+    nvidia-kernel-common-580's postinst runs ``update-initramfs -u -k $(uname -r)`` when the
+    newest installed kernel is another ("This can fail when dealing with a chroot see LP:
+    #556653"): dracut stopped with "Cannot find module directory" and the driver's packages
+    were left unconfigured. dracut sources this file with ``$kernel`` set (dracut.sh); the
+    initramfs of an installed kernel is built as on a rig."""
+    return (
+        "# written by rigup's lab machine (lab/rootfs.py); rewritten on every `up`.\n"
+        "# The running kernel of a container is its host's, with no modules here: lab/render.py.\n"
+        '[[ -d "${dracutsysrootdir-}/lib/modules/$kernel" ]] || no_kernel=yes\n'
+    )
+
+
 def ssh_socket_dropin_text(port: int) -> str:
     """Content of ``/etc/systemd/system/ssh.socket.d/rigup-lab.conf``: Ubuntu starts sshd from
     ``ssh.socket`` (0.0.0.0:22 and [::]:22 by default, the host's port 22 in a lab sharing the host

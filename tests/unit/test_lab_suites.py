@@ -406,3 +406,25 @@ def test_ubuntu_machines_take_the_nvidia_stack_from_the_release_pocket():
                  "linux-modules-nvidia-580-open-7.0.0-14-generic",
                  "xserver-xorg-video-nvidia-580"):  # fmt: skip
         assert any(fnmatch.fnmatch(name, glob) for glob in NVIDIA_STACK), name
+
+
+@pytest.mark.parametrize("present,want", [(True, ""), (False, "yes")])
+def test_dracut_builds_no_kernel_initramfs_only_for_a_kernel_not_in_the_machine(
+    tmp_path, present, want
+):
+    """dracut sources its conf files with ``$kernel`` set: the running kernel of a container
+    (its host's, no modules inside) gets an initramfs without modules, an installed one the
+    usual build."""
+    from lab.render import dracut_foreign_kernel_text
+
+    conf = tmp_path / "90-rigup-lab.conf"
+    conf.write_text(dracut_foreign_kernel_text())
+    if present:
+        (tmp_path / "lib" / "modules" / "7.0.0-14-generic").mkdir(parents=True)
+    out = subprocess.run(
+        ["bash", "-c", 'no_kernel=; kernel=7.0.0-14-generic; . "$1"; echo "[$no_kernel]"',
+         "-", str(conf)],
+        env={"dracutsysrootdir": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip() == f"[{want}]"

@@ -2,7 +2,9 @@
 Ubuntu 26.04 with RIGUP_LAB_SUITE=resolute), reached over SSH on a loopback port exactly like a
 rig (created by `python -m lab up`, see lab/).
 
-It declares no NVIDIA GPUs. vLLM serves for real on the CPU build of the same release
+It declares no NVIDIA GPUs. On Ubuntu (the default suite) the NVIDIA driver is installed, held and
+diagnosed by the rig's own operations, for the machine's installed kernel (nvidia_driver_next_boot);
+it is never loaded there. vLLM serves for real on the CPU build of the same release
 (vllm_device = "cpu") a tiny Qwen3.6-shaped AutoRound INT4 checkpoint the lab tooling builds
 (lab/tiny); the NVIDIA units are installed and checked but not started. The models (that
 checkpoint, VoxCPM2's stand-in) come from the lab's own Hugging Face-compatible server through
@@ -39,6 +41,11 @@ lab = [
             "ssh_known_hosts_file": str(_cfg.known_hosts),
             "ssh_strict_host_key_checking": "yes",
             "nvidia_gpu_count": 0,  # no GPU in the lab: GPU services installed, not started
+            # Ubuntu's driver installed for real, as on the rig (nvidia_install_path "ubuntu"):
+            # for the kernel of the machine's linux-generic, which a container never boots (it
+            # runs its host's), so the reboot that would load it is printed and never taken.
+            # Debian's archive has no Ubuntu driver packages: its suites leave the driver out.
+            "nvidia_driver_next_boot": _cfg.suite_info.distro == "ubuntu",
             # --- vLLM 0.22.1's CPU build serves the tiny checkpoint (roles/vllm/cpu.py) ---
             # RIGUP_LAB_VLLM_DEVICE=cuda: the rig's CUDA build instead, installed and checked by
             # vLLM's own code but not started (`python -m lab layers` on a forky machine)

@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="The rigup lab machine: a booted Debian or Ubuntu systemd-nspawn container "
         "(RIGUP_LAB_SUITE) reached over SSH on 127.0.0.1:$RIGUP_LAB_SSH_PORT (default 2222). Needs root.",
         epilog="Settings: RIGUP_LAB_NAME, RIGUP_LAB_SSH_PORT, RIGUP_LAB_STATE_DIR, "
-        "RIGUP_LAB_CACHE_DIR, RIGUP_LAB_SUITE (trixie, forky, resolute), RIGUP_LAB_MIRROR, "
+        "RIGUP_LAB_CACHE_DIR, RIGUP_LAB_SUITE (resolute, the default; trixie, forky), RIGUP_LAB_MIRROR, "
         "RIGUP_LAB_UV_CACHE (0 to disable).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

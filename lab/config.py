@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-SUITE = "trixie"
+SUITE = "resolute"
 DEFAULT_NAME = "rigup-lab"
 DEFAULT_SSH_PORT = 2222
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -54,15 +54,25 @@ class Suite:
     packages: tuple[str, ...] = ()
 
 
-#: Suites a lab machine can run: trixie (Debian 13, python3 3.13: the default), forky (Debian
-#: testing, python3 3.14) and resolute (Ubuntu 26.04 LTS, the rig's own release, python3 3.14).
+#: Suites a lab machine can run: resolute (Ubuntu 26.04 LTS, the rig's own release, python3 3.14:
+#: the default), trixie (Debian 13, python3 3.13) and forky (Debian testing, python3 3.14).
 #: Ubuntu's codenames all build with debootstrap's ``gutsy`` script (debootstrap's own
-#: scripts/resolute is a link to it). ubuntu-keyring holds the archive key apt checks with.
+#: scripts/resolute is a link to it). ubuntu-keyring holds the archive key apt checks with;
+#: linux-generic is the kernel meta-package of an Ubuntu server install (the rig's), whose flavour
+#: picks Canonical's prebuilt NVIDIA modules (roles/nvidia/kernel.py), and dracut its initramfs
+#: generator (Ubuntu 26.04's default: the first of linux-image's Recommends, which debootstrap
+#: leaves out). The lab never boots that kernel (a container runs the host's), but the NVIDIA
+#: layer installs the driver for it and regenerates its initramfs.
 SUITE_INFO: dict[str, Suite] = {
     "trixie": Suite("trixie", "debian", "Debian 13", DEFAULT_MIRROR),
     "forky": Suite("forky", "debian", "Debian testing (forky)", DEFAULT_MIRROR),
     "resolute": Suite(
-        "resolute", "ubuntu", "Ubuntu 26.04", UBUNTU_MIRROR, "gutsy", ("ubuntu-keyring",)
+        "resolute",
+        "ubuntu",
+        "Ubuntu 26.04",
+        UBUNTU_MIRROR,
+        "gutsy",
+        ("ubuntu-keyring", "linux-generic", "dracut"),
     ),
 }
 SUITES = tuple(SUITE_INFO)
@@ -114,7 +124,7 @@ class LabConfig:
         state_dir: the machine's own directory: rootfs, keys, pid file, log
             (``RIGUP_LAB_STATE_DIR``).
         cache_dir: shared cache of templates and the uv cache (``RIGUP_LAB_CACHE_DIR``).
-        suite: the machine's release (``RIGUP_LAB_SUITE``: one of :data:`SUITES`, trixie by
+        suite: the machine's release (``RIGUP_LAB_SUITE``: one of :data:`SUITES`, resolute by
             default).
         mirror: the suite's archive for debootstrap and apt (``RIGUP_LAB_MIRROR``; default: the
             suite's :attr:`Suite.mirror`).

@@ -132,6 +132,59 @@ def sshd_dropin_text(port: int) -> str:
     )
 
 
+#: Where an Ubuntu lab machine's apt preference for the NVIDIA driver lives.
+NVIDIA_RELEASE_PIN = "/etc/apt/preferences.d/rigup-lab-nvidia-release"
+#: The packages of Ubuntu's NVIDIA driver stack (nvidia-graphics-drivers-580,
+#: linux-restricted-modules, linux-restricted-signatures): pinned together, because the prebuilt
+#: modules of a kernel accept only the driver they were built with
+#: (linux-modules-nvidia-580-open-7.0.0-14-generic: nvidia-kernel-common-580 (<= 580.142-1)).
+NVIDIA_STACK = (
+    "nvidia-*",
+    "libnvidia-*",
+    "linux-modules-nvidia-*",
+    "linux-objects-nvidia-*",
+    "linux-signatures-nvidia-*",
+    "xserver-xorg-video-nvidia-*",
+)
+
+
+def nvidia_release_pin_text(suite: str) -> str:
+    """Content of :data:`NVIDIA_RELEASE_PIN`: the NVIDIA driver stack from the release pocket
+    (``a=<suite>``), matching the release's kernel the lab's template installs. The package proxy
+    this lab was built behind answers 404 for resolute-updates' prebuilt modules
+    (pool/restricted/l/linux-restricted-signatures/linux-modules-nvidia-580-open-7.0.0-44-generic_
+    7.0.0-44.44_amd64.deb and its meta-package, 2026-12-02) while serving the rest of -updates;
+    the release's are served. The rig's operation (apt install nvidia-driver-580-open
+    linux-modules-nvidia-580-open-generic) is unchanged; apt picks the release's versions."""
+    return (
+        "# written by rigup's lab machine (lab/rootfs.py); rewritten on every `up`.\n"
+        "# The NVIDIA driver stack from the release pocket: lab/render.py says why.\n"
+        f"Package: {' '.join(NVIDIA_STACK)}\n"
+        f"Pin: release a={suite}\n"
+        "Pin-Priority: 995\n"
+    )
+
+
+#: Where an Ubuntu lab machine's dracut configuration for its foreign running kernel lives.
+DRACUT_FOREIGN_KERNEL = "/etc/dracut.conf.d/90-rigup-lab-foreign-kernel.conf"
+
+
+def dracut_foreign_kernel_text() -> str:
+    """Content of :data:`DRACUT_FOREIGN_KERNEL`: an initramfs asked for a kernel whose modules
+    are not in the machine is built without kernel modules (dracut's ``no_kernel``) instead of
+    failing. A container runs its host's kernel (``uname -r``), never installed in it, and
+    nvidia-kernel-common-580's postinst runs ``update-initramfs -u -k $(uname -r)`` when the
+    newest installed kernel is another ("This can fail when dealing with a chroot see LP:
+    #556653"): dracut stopped with "Cannot find module directory" and the driver's packages
+    were left unconfigured. dracut sources this file with ``$kernel`` set (dracut.sh); the
+    initramfs of an installed kernel is built as on a rig."""
+    return (
+        "# written by rigup's lab machine (lab/rootfs.py); rewritten on every `up`.\n"
+        "# The running kernel of a container is its host's, with no modules here: lab/render.py.\n"
+        '[[ -d "${dracutsysrootdir-}/lib/modules/$kernel" ]] || no_kernel=yes\n'
+    )
+
+
 def ssh_socket_dropin_text(port: int) -> str:
     """Content of ``/etc/systemd/system/ssh.socket.d/rigup-lab.conf``: Ubuntu starts sshd from
     ``ssh.socket`` (0.0.0.0:22 and [::]:22 by default, the host's port 22 in a lab sharing the host

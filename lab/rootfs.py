@@ -18,9 +18,13 @@ from lab.config import UBUNTU_SECURITY_MIRROR, LabConfig, LabError
 from lab.host import chroot, rmtree, run, tail
 from lab.keyring import ubuntu_keyring
 from lab.render import (
+    DRACUT_FOREIGN_KERNEL,
+    NVIDIA_RELEASE_PIN,
     debootstrap_argv,
     debootstrap_failure_message,
+    dracut_foreign_kernel_text,
     hosts_text,
+    nvidia_release_pin_text,
     ssh_socket_dropin_text,
     sshd_dropin_text,
     ubuntu_sources_text,
@@ -193,6 +197,14 @@ def configure(cfg: LabConfig, log: Log) -> None:
     socket_dropin = root / "etc" / "systemd" / "system" / "ssh.socket.d" / "rigup-lab.conf"
     socket_dropin.parent.mkdir(parents=True, exist_ok=True)
     socket_dropin.write_text(ssh_socket_dropin_text(cfg.ssh_port))
+    # Ubuntu's NVIDIA driver stack from the release pocket (lab/render.py says why)
+    if cfg.suite_info.distro == "ubuntu":
+        pin = root / NVIDIA_RELEASE_PIN.lstrip("/")
+        pin.parent.mkdir(parents=True, exist_ok=True)
+        pin.write_text(nvidia_release_pin_text(cfg.suite))
+        dracut = root / DRACUT_FOREIGN_KERNEL.lstrip("/")
+        dracut.parent.mkdir(parents=True, exist_ok=True)
+        dracut.write_text(dracut_foreign_kernel_text())
     # identity
     (root / "etc" / "hostname").write_text(f"{cfg.name}\n")
     (root / "etc" / "hosts").write_text(hosts_text(cfg.name))

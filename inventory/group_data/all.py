@@ -80,6 +80,12 @@ nvlink_link_gbps = 14.062  # GB/s per link and direction on a 3090 (nvidia-smi n
 # for @local (the controller itself): the run stops and asks you to reboot.
 nvidia_reboot_allowed = True
 nvidia_reboot_timeout_s = 900  # seconds to wait for the host to come back (slow BIOS POST + ECC)
+# Install the driver for the kernel the host boots next and load it then: the modules of the
+# installed kernel meta-package's flavour (not the running kernel's), also on a host that declares
+# no GPUs yet; a needed reboot is decided and printed, never taken, and GPU services stay held
+# back. For a machine prepared before it boots its own kernel: a container (the lab: it runs its
+# host's kernel), an image build. False on a rig.
+nvidia_driver_next_boot = False
 
 # --- vLLM -----------------------------------------------------------------------------------------
 vllm_version = "0.22.1"  # seed; files/vllm/requirements.lock pins it and every dependency

@@ -10,6 +10,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.api.operation import OperationMeta
+from pyinfra.facts.server import Which
 from pyinfra.operations import apt, files, python, server
 from pyinfra.operations.util import any_changed
 
@@ -23,17 +24,24 @@ from roles.nvidia.facts import (
     NvidiaPciGpus,
     SystemdUnits,
 )
-from roles.nvidia.kernel import kernel_flavour
-from roles.nvidia.operations import driver_held, refuse
+from roles.nvidia.operations import driver_held, refuse, report
 from roles.nvidia.paths import BOOT_UNITS, FILES, NvidiaPaths
 from roles.nvidia.preflight import (
     HOLD_PREFIXES,
     driver_packages,
     driver_preflight,
     kernel_hold,
+    reboot_reasons,
     reboot_refusal,
+    target_flavour,
 )
 from roles.nvidia.tools import NvidiaTools
+
+#: The initramfs generator installed where the host has none: Ubuntu 26.04's default, the first of
+#: linux-image-7.0.0-*-generic's Recommends (``dracut | linux-initramfs-tool``; `apt-cache depends`
+#: in the resolute lab, 2026-12-02). dracut Conflicts with initramfs-tools, and both ship the
+#: ``update-initramfs`` rigup runs, so a host with either keeps its own.
+INITRAMFS_GENERATOR = "dracut"
 
 
 @dataclass(frozen=True)
@@ -62,11 +70,14 @@ def preflight_or_refuse(settings, is_local: bool) -> DriverFacts:
     problems, warnings = driver_preflight(
         settings, pci, state, packages, smi, interconnect, kernel_packages, units
     )
-    reboot_reasons = [w for w in warnings if "reboots the host" in w]
+    reasons = reboot_reasons(warnings)
     if state.get("reboot_required"):
-        reboot_reasons.append("the system asks for a reboot (/var/run/reboot-required)")
+        reasons.append("the system asks for a reboot (/var/run/reboot-required)")
     refusal = reboot_refusal(
-        reboot_reasons, is_local=is_local, allowed=settings.nvidia_reboot_allowed
+        reasons,
+        is_local=is_local,
+        allowed=settings.nvidia_reboot_allowed,
+        next_boot=settings.nvidia_driver_next_boot,
     )
     if refusal:
         problems.append(refusal)
@@ -75,15 +86,18 @@ def preflight_or_refuse(settings, is_local: bool) -> DriverFacts:
         raise DeployError(f"NVIDIA layer on {host.name}: refused (nothing was changed):\n{lines}")
     for warning in warnings:
         logger.warning(f"[{host.name}] NVIDIA: {warning}")
-    return DriverFacts(state, packages, kernel_packages, reboot_reasons)
+    return DriverFacts(state, packages, kernel_packages, reasons)
 
 
 def blacklist_nouveau() -> OperationMeta:
     """Blacklist nouveau and regenerate the initramfs when that changed; returns the
     regeneration (it makes a reboot needed)."""
+    prerequisites = ["pciutils", "mokutil", "kmod"]
+    if not host.get_fact(Which, command="update-initramfs"):
+        prerequisites.append(INITRAMFS_GENERATOR)  # a host with one keeps it: they conflict
     apt.packages(
-        name="NVIDIA prerequisites (pciutils, mokutil, kmod, initramfs-tools)",
-        packages=["pciutils", "mokutil", "kmod", "initramfs-tools"],
+        name=f"NVIDIA prerequisites ({', '.join(prerequisites)})",
+        packages=prerequisites,
     )
     blacklist = file_placed(
         name="Blacklist nouveau",
@@ -176,17 +190,23 @@ def nvidia_driver(settings, tools: NvidiaTools) -> bool:
     """Install and hold the driver of ``nvidia_install_path``/``nvidia_driver_branch``,
     blacklist nouveau, reboot when the driver needs it, verify it after (rigup-nvidia-diagnose).
 
-    Returns whether this run plans the driver (False on a host that declares no GPUs). Raises
-    ``DeployError`` before any change for every problem :func:`driver_preflight` finds.
+    With ``nvidia_driver_next_boot`` the driver is installed for the kernel the host boots next
+    (the installed kernel meta-package's), also where no GPUs are declared, and a needed reboot
+    is printed, never taken (the lab: a container runs its host's kernel).
+
+    Returns whether this run plans the driver (False on a host that declares no GPUs and has no
+    ``nvidia_driver_next_boot``). Raises ``DeployError`` before any change for every problem
+    :func:`driver_preflight` finds.
     """
     np = NvidiaPaths.from_data(settings)
-    if settings.nvidia_gpu_count == 0:
+    next_boot = settings.nvidia_driver_next_boot
+    if settings.nvidia_gpu_count == 0 and not next_boot:
         logger.info(f"[{host.name}] NVIDIA driver: the host declares no GPUs; nothing to install")
         return False
     is_local = host.name.startswith("@local")
     facts = preflight_or_refuse(settings, is_local)
     kernel = facts.state.get("kernel", "")
-    flavour = kernel_flavour(kernel, facts.kernel_packages.get("packages") or {})
+    flavour = target_flavour(settings, kernel, facts.kernel_packages.get("packages") or {})
     wanted = driver_packages(settings, flavour)
 
     initramfs = blacklist_nouveau()
@@ -200,6 +220,11 @@ def nvidia_driver(settings, tools: NvidiaTools) -> bool:
     installed = facts.packages.get("installed", {})
     install_pending = any(pkg not in installed for pkg in wanted)
     blacklist_pending = facts.state.get("nouveau_blacklisted") is not True
+    if next_boot:
+        _report_next_boot(
+            facts.reboot_reasons, install, initramfs, pending=install_pending or blacklist_pending
+        )
+        return True
     if not (static or install_pending or blacklist_pending):
         return True
     reboot_when_needed(
@@ -213,3 +238,25 @@ def nvidia_driver(settings, tools: NvidiaTools) -> bool:
         _if=lambda: static or changed(),
     )
     return True
+
+
+def _report_next_boot(reasons: list[str], install, initramfs, *, pending: bool) -> None:
+    """The reboot decision of an ``nvidia_driver_next_boot`` host, shown and never taken: the
+    reasons known now are printed while planning (a converged host plans no operation for
+    them); a driver or initramfs this run changes is reported by an operation when it does."""
+    boot = "the host boots the installed kernel next and loads the driver then"
+    if reasons:
+        logger.warning(
+            f"[{host.name}] NVIDIA: a reboot is needed ({'; '.join(reasons)}); not taken: "
+            f"nvidia_driver_next_boot ({boot})"
+        )
+    elif pending:
+        python.call(
+            name="Reboot needed to load the driver (not taken: nvidia_driver_next_boot)",
+            function=report,
+            message=(
+                f"[{host.name}] NVIDIA: the driver or the initramfs changed, a reboot is needed "
+                f"to load the driver; not taken: nvidia_driver_next_boot ({boot})"
+            ),
+            _if=any_changed(install, initramfs),
+        )

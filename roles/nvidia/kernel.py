@@ -84,7 +84,33 @@ def kernel_flavour(kernel: str, packages: Mapping[str, str]) -> KernelFlavour | 
     same_tail = [
         f for f, kernels in metas.items() if tail and any(uname_flavour(k) == tail for k in kernels)
     ]
-    candidates = exact or same_tail
+    return _best(exact or same_tail, packages)
+
+
+def _kernel_order(kernel: str) -> tuple[int, ...]:
+    """``7.0.0-1010-oem`` -> ``(7, 0, 0, 1010)``: the order GRUB's default follows (the
+    highest version first; ``linux-version sort``)."""
+    return tuple(int(n) for n in re.findall(r"\d+", kernel.rsplit("-", 1)[0]))
+
+
+def installed_flavour(packages: Mapping[str, str]) -> KernelFlavour | None:
+    """The flavour of the installed kernel meta-package that the host boots next, whatever
+    kernel runs now, for a driver installed to be loaded then (``nvidia_driver_next_boot``: a
+    container runs its host's kernel, never the one its linux-generic installs): the one whose
+    kernel is the newest (GRUB boots the highest version by default: ``7.0.0-1010-oem`` before
+    ``7.0.0-44-generic``), then the same choice as :func:`kernel_flavour`. ``packages`` as for
+    :func:`kernel_flavour`. None when no image meta-package is installed."""
+    metas = _image_metas(packages)
+    if not metas:
+        return None
+    newest = {f: max(_kernel_order(k) for k in kernels) for f, kernels in metas.items()}
+    top = max(newest.values())
+    return _best([f for f, order in newest.items() if order == top], packages)
+
+
+def _best(candidates: list[str], packages: Mapping[str, str]) -> KernelFlavour | None:
+    """The flavour among ``candidates`` whose top meta-package ``linux-<flavour>`` is installed,
+    then not ``virtual``, then HWE (where the kernel moves); with its installed meta-packages."""
     if not candidates:
         return None
     best = max(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 from pyinfra.api.exceptions import OperationError
 
@@ -107,3 +107,8 @@ def driver_held(prefixes: tuple[str, ...], extra: tuple[str, ...] = ()):
 def refuse(message: str) -> None:
     """For ``python.call``: stop the run at this point with ``message``."""
     raise OperationError(message)
+
+
+def report(message: str) -> None:
+    """For ``python.call``: print ``message`` as a warning when the operation runs."""
+    logger.warning(message)

@@ -18,7 +18,7 @@ from rigup.nvidia import (
     plan_power_limits,
     verify_interconnect,
 )
-from roles.nvidia.kernel import KernelFlavour, kernel_flavour, uname_flavour
+from roles.nvidia.kernel import KernelFlavour, installed_flavour, kernel_flavour, uname_flavour
 from roles.nvidia.paths import BOOT_UNITS, PERSISTENCED
 
 #: Package name prefixes of the driver that rigup holds (the exact-version dependencies of
@@ -27,8 +27,17 @@ from roles.nvidia.paths import BOOT_UNITS, PERSISTENCED
 #: when you run rigup.
 HOLD_PREFIXES = ("nvidia-", "libnvidia-", "linux-modules-nvidia-", "xserver-xorg-video-nvidia-")
 
+#: How a warning names a fault a reboot fixes: the run reboots the host, or (nvidia_driver_next_boot)
+#: leaves it to the next boot. The deploy collects the warnings ending so as its reboot reasons.
+REBOOT_NOTE = "(the run reboots the host for it)"
+NEXT_BOOT_NOTE = "(the next boot loads it: nvidia_driver_next_boot, rigup does not reboot)"
+
 #: Driver verdicts a converge itself resolves: nothing installed yet (it installs the driver).
 _INSTALLED_BY_THE_RUN = ("driver-not-loaded/not-installed",)
+#: With nvidia_driver_next_boot, the verdict of a host running another kernel than the one the
+#: modules were installed for (a container runs its host's): booting the installed kernel loads
+#: them.
+_NEXT_KERNEL_LOADS = "driver-not-loaded/not-installed-for-kernel"
 
 
 def driver_packages(data: Any, flavour: KernelFlavour | None) -> list[str]:
@@ -45,6 +54,21 @@ def driver_packages(data: Any, flavour: KernelFlavour | None) -> list[str]:
         modules = [flavour.modules_package(branch)] if flavour else []
         return [f"nvidia-driver-{branch}-open", *modules]
     return ["nvidia-open"]
+
+
+def target_flavour(data: Any, kernel: str, packages: Mapping[str, str]) -> KernelFlavour | None:
+    """The kernel flavour whose prebuilt modules the Ubuntu path installs: that of the running
+    ``kernel`` (:func:`roles.nvidia.kernel.kernel_flavour`), or with ``nvidia_driver_next_boot``
+    that of the installed kernel meta-package, booted next
+    (:func:`roles.nvidia.kernel.installed_flavour`). ``packages``: the KernelPackages fact's."""
+    if data.get("nvidia_driver_next_boot"):
+        return installed_flavour(packages)
+    return kernel_flavour(kernel, packages)
+
+
+def reboot_reasons(warnings: list[str]) -> list[str]:
+    """The warnings of :func:`driver_preflight` that name a fault a reboot fixes."""
+    return [w for w in warnings if w.endswith((REBOOT_NOTE, NEXT_BOOT_NOTE))]
 
 
 def kernel_hold(data: Any, flavour: KernelFlavour | None) -> tuple[str, ...]:
@@ -157,13 +181,26 @@ def install_path_problems(packages: dict, path: str, branch: Any) -> list[str]:
 
 
 def kernel_problems(
-    path: str, kernel: str, kernel_packages: dict | None
+    data: Any, path: str, kernel: str, kernel_packages: dict | None
 ) -> tuple[list[str], KernelFlavour | None]:
-    """On the Ubuntu path, the running ``kernel`` must be an Ubuntu kernel tracked by an
-    installed meta-package (KernelPackages; None: not checked): ``(problems, its flavour)``,
-    the flavour None when it is unknown."""
+    """On the Ubuntu path, the kernel whose prebuilt modules are installed must be known:
+    the running ``kernel``, an Ubuntu kernel tracked by an installed meta-package, or with
+    ``nvidia_driver_next_boot`` the installed meta-package's (KernelPackages; None: not
+    checked). Returns ``(problems, its flavour)``, the flavour None when it is unknown."""
     if path != "ubuntu":
         return [], None
+    if data.get("nvidia_driver_next_boot"):
+        if kernel_packages is None:
+            return [], None
+        flavour = target_flavour(data, kernel, kernel_packages.get("packages") or {})
+        if flavour is not None:
+            return [], flavour
+        return [
+            "nvidia_driver_next_boot installs the prebuilt NVIDIA modules for the kernel the "
+            "host boots next, and no kernel meta-package is installed to say which "
+            "(linux-generic, linux-generic-hwe-26.04, ...): install the one the host boots "
+            "(`apt install linux-generic`), or use nvidia_install_path = 'nvidia-repo' (DKMS)"
+        ], None
     if kernel and uname_flavour(kernel) is None:
         return [
             f"the running kernel {kernel} is not an Ubuntu kernel (<version>-<abi>-<flavour>): "
@@ -172,7 +209,7 @@ def kernel_problems(
         ], None
     if kernel_packages is None:
         return [], None
-    flavour = kernel_flavour(kernel, kernel_packages.get("packages") or {})
+    flavour = target_flavour(data, kernel, kernel_packages.get("packages") or {})
     if flavour is not None:
         return [], flavour
     return [
@@ -211,18 +248,22 @@ def secure_boot_findings(state: dict, path: str) -> Findings:
     return [], []
 
 
-def driver_findings(driver: list, install_pending: bool) -> Findings:
+def driver_findings(driver: list, install_pending: bool, next_boot: bool = False) -> Findings:
     """The diagnosis library's verdicts on the driver state, less what this run resolves
     itself: the driver it installs, the modules of the kernel's flavour it installs
-    (``install_pending``), a fault a reboot fixes (the run reboots: a warning)."""
+    (``install_pending``), a fault a reboot fixes (the run reboots: a warning; with
+    ``next_boot``, nvidia_driver_next_boot, the next boot does, and so for modules installed for
+    the kernel booted next only)."""
     problems, warnings = [], []
     for v in driver:
         if v.id in _INSTALLED_BY_THE_RUN:
             continue
         if v.id == "driver-not-loaded/not-installed-for-kernel" and install_pending:
             continue  # the run installs the modules of the kernel's flavour, then reboots
-        if v.reboot_fixes:
-            warnings.append(f"{v} (the run reboots the host for it)")
+        if next_boot and (v.reboot_fixes or v.id == _NEXT_KERNEL_LOADS):
+            warnings.append(f"{v} {NEXT_BOOT_NOTE}")
+        elif v.reboot_fixes:
+            warnings.append(f"{v} {REBOOT_NOTE}")
         elif v.severity == diagnosis.FAIL:
             problems.append(str(v))
         else:
@@ -332,7 +373,7 @@ def driver_preflight(
     path = data.get("nvidia_install_path")
     problems = pci_count_problems(pci, declared)
     problems += install_path_problems(packages, path, data.get("nvidia_driver_branch"))
-    kernel, flavour = kernel_problems(path, state.get("kernel") or "", kernel_packages)
+    kernel, flavour = kernel_problems(data, path, state.get("kernel") or "", kernel_packages)
     problems += kernel
     boot_problems, warnings = secure_boot_findings(state, path)
     problems += boot_problems
@@ -340,7 +381,9 @@ def driver_preflight(
     installed = packages.get("installed", {})
     install_pending = any(pkg not in installed for pkg in driver_packages(data, flavour))
     driver = diagnose_driver(state, [g.get("driver") for g in pci], install_path=path)
-    driver_problems, driver_warnings = driver_findings(driver, install_pending)
+    driver_problems, driver_warnings = driver_findings(
+        driver, install_pending, bool(data.get("nvidia_driver_next_boot"))
+    )
     smi_problems, smi_warnings, lost = smi_findings(smi, driver, state)
     problems += driver_problems + smi_problems
     warnings += driver_warnings + smi_warnings + kernel_log_warnings(state)
@@ -356,10 +399,13 @@ def driver_preflight(
     return problems, warnings
 
 
-def reboot_refusal(reasons: list[str], *, is_local: bool, allowed: bool) -> str | None:
+def reboot_refusal(
+    reasons: list[str], *, is_local: bool, allowed: bool, next_boot: bool = False
+) -> str | None:
     """The problem to report when a reboot is needed now but must not happen: the target is the
-    controller itself (``@local``) or ``nvidia_reboot_allowed`` is False. None otherwise."""
-    if not reasons or (allowed and not is_local):
+    controller itself (``@local``) or ``nvidia_reboot_allowed`` is False. None otherwise, and
+    with ``next_boot`` (nvidia_driver_next_boot: the reboot is reported, never taken)."""
+    if not reasons or next_boot or (allowed and not is_local):
         return None
     why = "it is the controller itself (@local)" if is_local else "nvidia_reboot_allowed is False"
     return (

@@ -66,6 +66,7 @@ class NvidiaSettings(TypedSettings):
     nvlink_expected_links: int = setting(integer(1, 18))
     nvlink_link_gbps: float = setting(number(0.0, 1000.0, lo_open=True))
     nvidia_reboot_allowed: bool = setting(boolean)
+    nvidia_driver_next_boot: bool = setting(boolean)
     nvidia_reboot_timeout_s: int = setting(integer(60, 7200))
     nvidia_gpu_compute_capability: str = setting(
         matches(

@@ -1,4 +1,5 @@
-"""The lab scenario (molecule's sequence) on a real booted Debian 13 machine:
+"""The lab scenario (molecule's sequence) on a real booted Ubuntu 26.04 machine
+(RIGUP_LAB_SUITE, resolute by default):
 create -> converge -> idempotence -> verify -> broken host fails clearly -> repair -> destroy,
 with vLLM 0.22.1's CPU build serving a tiny Qwen3.6-shaped checkpoint in the LLM mode.
 
@@ -6,7 +7,8 @@ It installs the real vLLM venvs (several GB, from PyPI through uv): the CPU buil
 which serves, and the CUDA build on the controller, whose own parser checks the rig's full
 argv. The models come from the lab's Hugging Face-compatible server (lab/hub_lab.py) through
 huggingface_hub, locked on their first placement. Needs root, systemd-nspawn and debootstrap
-(bin/lab-host installs them) and network access to Debian's archive and PyPI.
+(bin/lab-host installs them) and network access to Ubuntu's archive (Debian's for the lab's
+CPython 3.11 and a Debian suite) and PyPI.
 """
 
 from __future__ import annotations

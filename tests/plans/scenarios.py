@@ -27,6 +27,8 @@ def _ubuntu_2604(uid: int = 0, systemd: bool = True) -> dict:
         re.compile(r"^command -v (useradd|usermod|groupadd)"): ["/usr/sbin/useradd"],
         # roles/nvidia/facts.py Glibc: Ubuntu 26.04's (tests/fixtures/glibc)
         "getconf GNU_LIBC_VERSION": _fixture("glibc/ubuntu-26.04-getconf.txt"),
+        # pyinfra's Which: dracut's update-initramfs (Ubuntu 26.04's initramfs generator)
+        re.compile(r"command -v '?update-initramfs'? \|\| true"): ["/usr/sbin/update-initramfs"],
     }
 
 
@@ -85,18 +87,24 @@ def _driver_state(
     nouveau: bool = False,
     secure_boot: str | tuple[str, ...] = "SecureBoot disabled",
     dkms: tuple[str, ...] = (),
+    kernel: str = KERNEL,
+    module_kernels: tuple[str, ...] = (),
+    blacklisted: bool | None = None,
 ) -> dict:
     """rigup/nvidia DRIVER_STATE_COMMAND's answer (``secure_boot``: the lines of
-    ``mokutil --sb-state``)."""
+    ``mokutil --sb-state``; ``module_kernels``: the kernels with an nvidia module on disk;
+    ``blacklisted``: nouveau blacklisted, by default where the driver is loaded)."""
     sb_lines = (secure_boot,) if isinstance(secure_boot, str) else secure_boot
+    blacklisted = bool(loaded) if blacklisted is None else blacklisted
     lines = [
-        f"kernel={KERNEL}",
+        f"kernel={kernel}",
+        *(f"module_kernel={k} {DRIVER}" for k in module_kernels),
         f"loaded={loaded or ''}",
         f"installed={installed or ''}",
         f"userspace={userspace or ''}",
         f"nouveau_loaded={int(nouveau)}",
         "nouveau_blacklisted=/etc/modprobe.d/rigup-blacklist-nouveau.conf"
-        if loaded
+        if blacklisted
         else "nouveau_blacklisted=",
         "reboot_required=0",
         "nvidia_smi=/usr/bin/nvidia-smi" if userspace else "nvidia_smi=",
@@ -210,7 +218,7 @@ def _converged_nvidia(**smi) -> dict:
                 "pciutils": "1:3.14.0-1build2",
                 "mokutil": "0.7.2-2",
                 "kmod": "34.2-2ubuntu2",
-                "initramfs-tools": "0.150ubuntu1",
+                "dracut": "110-11ubuntu0.1",
             }.items()
         ],
         **_kernel(),
@@ -496,6 +504,59 @@ def fresh_no_gpu():
     return {**_ubuntu_2604(), **_mirror_present()}, {"nvidia_gpu_count": 0}
 
 
+#: The lab's running kernel: its container runs the controller's (uname -r in the resolute lab).
+LAB_HOST_KERNEL = "6.18.44-fc-v1045"
+
+
+def lab_next_boot_fresh():
+    """The Ubuntu lab before its first converge: no GPUs declared, the driver installed for the
+    next boot (nvidia_driver_next_boot), a kernel not Ubuntu's running, linux-generic installed."""
+    return {
+        **_ubuntu_2604(),
+        **_mirror_present(),
+        **_driver_state(loaded=None, userspace=None, installed=None, kernel=LAB_HOST_KERNEL),
+        **_kernel(),
+        **_pci(count=0),
+    }, {"nvidia_gpu_count": 0, "nvidia_driver_next_boot": True}
+
+
+def lab_next_boot_converged():
+    """The Ubuntu lab after a converge: Ubuntu's driver installed and held for 7.0.0-44-generic,
+    nouveau blacklisted, nvidia-smi present, the module never loaded (the running kernel is the
+    controller's)."""
+    held = [
+        *UBUNTU_DRIVER_PACKAGES,
+        "linux-generic",
+        "linux-image-generic",
+        "linux-headers-generic",
+    ]
+    return {
+        **_ubuntu_2604(),
+        **_mirror_present(),
+        **_driver(),
+        **_driver_state(
+            loaded=None,
+            installed=None,
+            kernel=LAB_HOST_KERNEL,
+            module_kernels=(KERNEL,),
+            blacklisted=True,
+        ),
+        **_packages(UBUNTU_DRIVER_PACKAGES, held=held),
+        "dpkg -l": [
+            f"ii  {name}  {version}  amd64  NVIDIA driver package"
+            for name, version in {
+                **UBUNTU_DRIVER_PACKAGES,
+                "pciutils": "1:3.14.0-1build2",
+                "mokutil": "0.7.2-2",
+                "kmod": "34.2-2ubuntu2",
+                "dracut": "110-11ubuntu0.1",
+            }.items()
+        ],
+        **_kernel(),
+        **_pci(count=0),
+    }, {"nvidia_gpu_count": 0, "nvidia_driver_next_boot": True}
+
+
 def bad_kv_cache_dtype():
     """A typo in a setting: must stop before any operation is even planned."""
     return {**_ubuntu_2604(), **_mirror_present()}, {"vllm_kv_cache_dtype": "fp8_e5m3"}
@@ -701,6 +762,8 @@ SCENARIOS = {
         kv_cache_fp8_on_3090s,
         vllm_alone_no_driver,
         fresh_no_gpu,
+        lab_next_boot_fresh,
+        lab_next_boot_converged,
         bad_kv_cache_dtype,
         too_few_gpus,
         missing_model_source,

@@ -45,8 +45,8 @@ def test_defaults_from_empty_env():
     assert cfg.ssh_port == 2222
     assert cfg.state_dir == Path("/var/lib/rigup-lab/rigup-lab")
     assert cfg.cache_dir == Path("/var/cache/rigup-lab")
-    assert cfg.suite == "trixie"
-    assert cfg.mirror == "http://deb.debian.org/debian"
+    assert cfg.suite == "resolute"  # Ubuntu 26.04, the rig's release
+    assert cfg.mirror == "http://archive.ubuntu.com/ubuntu"
     assert cfg.uv_cache is True
 
 
@@ -59,7 +59,7 @@ def test_paths_derive_from_state_and_cache_dirs():
     assert cfg.pid_file == Path("/var/lib/rigup-lab/box1/nspawn.pid")
     assert cfg.uv_cache_dir == Path("/var/cache/rigup-lab/uv")
     assert cfg.template.parent == Path("/var/cache/rigup-lab/templates")
-    assert cfg.template.name.startswith("trixie-")
+    assert cfg.template.name.startswith("resolute-")
 
 
 def test_env_overrides(tmp_path: Path):

@@ -3,6 +3,7 @@ machine's own cgroup: no root, no containers, no network (gpg and dpkg-deb run f
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import lzma
 import os
@@ -43,7 +44,9 @@ def test_resolute_is_ubuntu_26_04_from_ubuntus_archive():
     assert cfg.suite_info.distro == "ubuntu" and cfg.suite_info.release == "Ubuntu 26.04"
     assert cfg.mirror == "http://archive.ubuntu.com/ubuntu"
     assert cfg.template_key.startswith("resolute-")
-    assert cfg.packages == (*TEMPLATE_PACKAGES, "ubuntu-keyring")
+    # an Ubuntu server's kernel and its initramfs generator: the NVIDIA layer installs the driver
+    # for that kernel's flavour and regenerates its initramfs
+    assert cfg.packages == (*TEMPLATE_PACKAGES, "ubuntu-keyring", "linux-generic", "dracut")
     # the CPython 3.11 for VoxCPM2 still comes from Debian 12
     assert cfg.debian_mirror == "http://deb.debian.org/debian"
 
@@ -382,3 +385,46 @@ def test_cli_status_names_the_suite(monkeypatch, capsys, tmp_path: Path):
     assert cli.main(["status"]) == 0
     out = capsys.readouterr().out
     assert "suite:       resolute (Ubuntu 26.04, from http://archive.ubuntu.com/ubuntu)" in out
+
+
+def test_ubuntu_machines_take_the_nvidia_stack_from_the_release_pocket():
+    """The driver, its libraries and the prebuilt modules are pinned together (the modules of a
+    kernel accept only the driver they were built with), to the suite's release pocket."""
+    from lab.render import NVIDIA_STACK, nvidia_release_pin_text
+
+    text = nvidia_release_pin_text("resolute")
+    stanza = dict(
+        line.split(": ", 1) for line in text.splitlines() if line and not line.startswith("#")
+    )
+    assert stanza == {
+        "Package": " ".join(NVIDIA_STACK),
+        "Pin": "release a=resolute",
+        "Pin-Priority": "995",
+    }
+    for name in ("nvidia-driver-580-open", "libnvidia-compute-580", "nvidia-utils-580",
+                 "linux-modules-nvidia-580-open-generic",
+                 "linux-modules-nvidia-580-open-7.0.0-14-generic",
+                 "xserver-xorg-video-nvidia-580"):  # fmt: skip
+        assert any(fnmatch.fnmatch(name, glob) for glob in NVIDIA_STACK), name
+
+
+@pytest.mark.parametrize("present,want", [(True, ""), (False, "yes")])
+def test_dracut_builds_no_kernel_initramfs_only_for_a_kernel_not_in_the_machine(
+    tmp_path, present, want
+):
+    """dracut sources its conf files with ``$kernel`` set: the running kernel of a container
+    (its host's, no modules inside) gets an initramfs without modules, an installed one the
+    usual build."""
+    from lab.render import dracut_foreign_kernel_text
+
+    conf = tmp_path / "90-rigup-lab.conf"
+    conf.write_text(dracut_foreign_kernel_text())
+    if present:
+        (tmp_path / "lib" / "modules" / "7.0.0-14-generic").mkdir(parents=True)
+    out = subprocess.run(
+        ["bash", "-c", 'no_kernel=; kernel=7.0.0-14-generic; . "$1"; echo "[$no_kernel]"',
+         "-", str(conf)],
+        env={"dracutsysrootdir": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip() == f"[{want}]"

@@ -220,6 +220,8 @@ router_version = "0.1.17"  # files/router/requirements.lock pins it and every de
 router_user = "vllm-router"  # non-root service user
 router_host = "127.0.0.1"  # where the endpoint listens; the address clients reach it on
 router_port = 8080  # rigup's choice (vLLM 8000, VoxCPM2 8100, ComfyUI 8188)
+# seconds for `systemctl start`: vllm-router waits for the replicas' /health before it serves
+router_start_timeout_s = 300
 # The inventory group of replica rigs; each is reached at http://<router_replica_address or its
 # inventory name>:<its vllm_port>, so its vllm_host must not be loopback.
 router_replica_group = "replicas"

@@ -79,6 +79,8 @@ class ServiceSpec:
     + stop_timeout_s, restart_sec: TimeoutStopSec=, RestartSec= (the unit has Restart=always)
     + restart_prevent_exit_status (with restart_prevent_comment): exit statuses that mean a
       restart cannot help (a wrong model directory): the unit fails instead of looping
+    + connects_out: it connects to other hosts (the router to its replica rigs), so a loopback
+      bind does not confine it to localhost (no ``IPAddressDeny=any``)
     """
 
     unit: str
@@ -108,6 +110,7 @@ class ServiceSpec:
     restart_sec: int = 10
     restart_prevent_exit_status: tuple[int, ...] = ()
     restart_prevent_comment: str = ""
+    connects_out: bool = False
 
     @classmethod
     def of(
@@ -139,6 +142,12 @@ class ServiceSpec:
     def ready_url(self) -> str:
         """The readiness URL as probed from the host itself."""
         return local_probe_url(self.bind, self.port, self.ready_path)
+
+    @property
+    def localhost_only(self) -> bool:
+        """Whether its unit confines it to localhost (``IPAddressDeny=any``): bound to loopback
+        and connecting to no other host."""
+        return is_loopback(self.bind) and not self.connects_out
 
     @property
     def unit_path(self) -> str:
@@ -294,7 +303,7 @@ class GpuService:
             pid_key=f" {s.ready_pid_key}" if s.ready_pid_key else "",
             writable=[s.home, *s.read_write_paths],
             wait_ready=f"{self.layout.prefix}/bin/wait-ready",
-            loopback_only=is_loopback(s.bind),
+            loopback_only=s.localhost_only,
             jinja_env_kwargs=dict(JINJA),
         )
         systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)

@@ -47,6 +47,7 @@ class RouterSettings(TypedSettings):
     router_user: str = setting(matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"))
     router_host: str = setting(host_address)
     router_port: int = setting(service_port)
+    router_start_timeout_s: int = setting(integer(5, 3600))
     router_replica_group: str = setting(
         matches(GROUP_NAME, "the name of the inventory group of replica rigs (an identifier)")
     )

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import jinja2
 import pytest
 
+from roles.common.footprint import registry_problems
+from roles.common.service import FILES, JINJA
 from roles.router.flags import router_argv
+from roles.router.footprint import FOOTPRINT as ROUTER
 from roles.router.replicas import replica_urls
 from roles.router.settings import POLICIES
+from roles.router.unit import router_spec
+from roles.services import SERVICES
 from roles.settings import SettingsError, require_valid_settings, validate
 
 
@@ -147,3 +155,59 @@ def test_policies_are_vllm_router_choices():
         "sticky_least_loaded",
     }
     assert set(POLICIES) <= upstream
+
+
+def _render_unit(spec) -> str:
+    """The unit as GpuService.install renders it (roles/common/service.py)."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, **JINJA)
+    template = env.from_string((FILES / "service.unit.j2").read_text())
+    return template.render(
+        s=spec,
+        target=spec.target,
+        after_extra="",
+        pid_key="",
+        writable=[spec.home],
+        wait_ready="/opt/rigup/bin/wait-ready",
+        loopback_only=spec.localhost_only,
+    )
+
+
+def test_router_unit_uses_no_gpu_and_starts_at_boot(settings):
+    urls = ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]
+    spec = router_spec(_enabled(settings), urls)
+    text = _render_unit(spec)
+    assert "ExecStart=/opt/rigup/router/venv/bin/vllm-router --host 127.0.0.1 --port 8080 " in text
+    assert "--worker-urls http://10.0.0.1:8000 http://10.0.0.2:8000 --policy cache_aware" in text
+    assert "WantedBy=multi-user.target" in text and "After=network-online.target\n" in text
+    assert "rigup-llm.target" not in text and "rigup-media.target" not in text
+    assert not [line for line in text.splitlines() if "nvidia" in line and line[0] != "#"]
+    assert "DevicePolicy=closed" in text and "NoNewPrivileges=yes" in text
+    assert "ExecStartPost=/opt/rigup/bin/wait-ready http://127.0.0.1:8080/health $MAINPID" in text
+    assert "User=vllm-router" in text and "TimeoutStartSec=300" in text
+    # bound to loopback by default, yet it must reach the replica rigs
+    assert "IPAddressDeny" not in text
+
+
+def test_a_gpu_service_unit_keeps_its_mode_and_devices(settings):
+    gpu = dataclasses.replace(
+        router_spec(settings, ["http://r:1"]), mode="llm", target="rigup-llm.target"
+    )
+    text = _render_unit(gpu)
+    for line in (
+        "Requires=rigup-llm.target",
+        "PartOf=rigup-llm.target",
+        "WantedBy=rigup-llm.target",
+    ):
+        assert line in text
+    assert "DeviceAllow=char-nvidia* rw" in text and "nvidia-persistenced.service" in text
+    # a loopback GPU service that connects nowhere is confined to localhost; the router is not
+    confined = dataclasses.replace(gpu, connects_out=False)
+    assert confined.localhost_only and "IPAddressDeny=any" in _render_unit(confined)
+    assert not gpu.localhost_only
+
+
+def test_router_footprint_says_it_uses_no_gpu(settings):
+    assert not ROUTER.uses_gpu and ROUTER.target == "multi-user.target"
+    assert ROUTER.shares(_enabled(settings)) == []
+    assert ROUTER not in SERVICES and all(s.uses_gpu for s in SERVICES)
+    assert registry_problems([ROUTER]) == ["router: mode '' is none of llm, media"]

@@ -222,6 +222,9 @@ router_host = "127.0.0.1"  # where the endpoint listens; the address clients rea
 router_port = 8080  # rigup's choice (vLLM 8000, VoxCPM2 8100, ComfyUI 8188)
 # seconds for `systemctl start`: vllm-router waits for the replicas' /health before it serves
 router_start_timeout_s = 300
+# seconds it waits at start for every replica's /health, then serves those that answered
+# (below router_start_timeout_s; vllm-router's own default, 600 s, is not)
+router_replica_startup_timeout_s = 120
 # The inventory group of replica rigs; each is reached at http://<router_replica_address or its
 # inventory name>:<its vllm_port>, so its vllm_host must not be loopback.
 router_replica_group = "replicas"

@@ -308,6 +308,9 @@ class GpuService:
         )
         systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
         self.track(env_file, unit)
+        if not s.mode:  # a service that uses no GPU (the router): started at boot, in no mode
+            boot_unit_state(s, any_changed(*self.changes))
+            return unit
         mode_unit_state(
             s, target, blocker, any_changed(*self.changes), unit, rigup_start(self.settings), hint
         )
@@ -378,6 +381,25 @@ def restarted_if_up(unit: str, rigup_start: str):
         host.noop(f"{unit} is {state['active']}: its mode starts it")
         return
     yield f"{shlex.quote(rigup_start)} --restart {shlex.quote(unit)}"
+
+
+def boot_unit_state(spec: ServiceSpec, restart_if) -> None:
+    """A service that uses no GPU (``spec.mode`` empty: roles.common.footprint.NO_GPU):
+    enabled in its target (multi-user.target), running, and restarted when ``restart_if``
+    (anything it runs changed)."""
+    systemd.service(
+        name=f"{spec.unit} enabled at boot and running",
+        service=spec.unit,
+        running=True,
+        enabled=True,
+    )
+    systemd.service(
+        name=f"Restart {spec.unit} (its inputs changed)",
+        service=spec.unit,
+        running=True,
+        restarted=True,
+        _if=restart_if,
+    )
 
 
 def mode_unit_state(

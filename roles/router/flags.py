@@ -23,6 +23,8 @@ def router_argv(executable: str, data: Any, urls: list[str]) -> list[str]:
     ``router_health_check_interval_s`` s, each waiting at most ``router_health_check_timeout_s``;
     ``router_health_failure_threshold`` failures in a row take the replica out of the rotation
     and 2 successes (vllm-router's ``--health-success-threshold`` default) put it back.
+    At start it waits at most ``router_replica_startup_timeout_s`` for the replicas to answer,
+    then serves those that do (vllm-router's default, 600 s, is past systemd's start timeout).
     Raises ValueError on an empty ``urls`` (the settings check refuses that run earlier).
     """
     if not urls:
@@ -46,4 +48,6 @@ def router_argv(executable: str, data: Any, urls: list[str]) -> list[str]:
         str(s.router_health_check_timeout_s),
         "--health-failure-threshold",
         str(s.router_health_failure_threshold),
+        "--worker-startup-timeout-secs",
+        str(s.router_replica_startup_timeout_s),
     ]

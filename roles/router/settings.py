@@ -48,6 +48,7 @@ class RouterSettings(TypedSettings):
     router_host: str = setting(host_address)
     router_port: int = setting(service_port)
     router_start_timeout_s: int = setting(integer(5, 3600))
+    router_replica_startup_timeout_s: int = setting(integer(1, 3600))
     router_replica_group: str = setting(
         matches(GROUP_NAME, "the name of the inventory group of replica rigs (an identifier)")
     )
@@ -69,7 +70,9 @@ def consistency(values: Mapping[str, Any]) -> list[str]:
     """Rules over several keys, when the router is enabled: ``router_health_check_timeout_s``
     below ``router_health_check_interval_s`` (vllm-router checks every interval, each check
     waiting up to the timeout: vllm_router/router_args.py, so a check ends before the next),
-    and ``router_port`` none of this rig's installed GPU services' ports (roles/services.py)."""
+    ``router_replica_startup_timeout_s`` below ``router_start_timeout_s`` (vllm-router waits
+    that long for every replica's /health before it serves, then serves the healthy ones:
+    measured with one replica down, tests/router), and ``router_port`` none of this rig's installed GPU services' ports (roles/services.py)."""
     if not values["router_enabled"]:
         return []
     from roles import services  # the GPU services' footprints (they never import this role)
@@ -81,6 +84,12 @@ def consistency(values: Mapping[str, Any]) -> list[str]:
         problems.append(
             f"router_health_check_timeout_s: {timeout} s is not below "
             f"router_health_check_interval_s ({interval} s); a check must end before the next"
+        )
+    wait, start = values["router_replica_startup_timeout_s"], values["router_start_timeout_s"]
+    if wait >= start:
+        problems.append(
+            f"router_replica_startup_timeout_s: {wait} s is not below router_start_timeout_s "
+            f"({start} s); systemd would stop the router while it waits for a replica"
         )
     port = values["router_port"]
     for service in services.SERVICES:

@@ -136,6 +136,7 @@ def test_router_spreads_and_drops_a_dead_replica(vllm_router: str, policy: str, 
         "router_health_check_interval_s": INTERVAL_S,
         "router_health_check_timeout_s": TIMEOUT_S,
         "router_health_failure_threshold": FAILURES,
+        "router_replica_startup_timeout_s": 30,
     }
     argv = router_argv(vllm_router, settings, [f"http://127.0.0.1:{p}" for p in ports.values()])
     assert KEY not in " ".join(argv)
@@ -180,4 +181,40 @@ def test_router_spreads_and_drops_a_dead_replica(vllm_router: str, policy: str, 
         for process in replicas.values():
             if process.poll() is None:
                 _stop(process)
+        log.close()
+
+
+def test_router_serves_the_replicas_up_when_one_is_down_at_start(vllm_router: str, tmp_path):
+    """router_replica_startup_timeout_s: it waits that long for a replica that never answers,
+    then serves the one that does (the unit's start must not wait for every replica)."""
+    up, down, router_port = _free_port(), _free_port(), _free_port()
+    replica = subprocess.Popen(
+        [sys.executable, str(BACKEND), str(up), "up"],
+        env=dict(os.environ, RIGUP_BACKEND_KEY=KEY),
+        stderr=subprocess.DEVNULL,
+    )
+    settings = {
+        "router_host": "127.0.0.1",
+        "router_port": router_port,
+        "router_policy": "cache_aware",
+        "router_health_check_interval_s": INTERVAL_S,
+        "router_health_check_timeout_s": TIMEOUT_S,
+        "router_health_failure_threshold": FAILURES,
+        "router_replica_startup_timeout_s": 3,
+    }
+    urls = [f"http://127.0.0.1:{up}", f"http://127.0.0.1:{down}"]
+    log = (tmp_path / "router.log").open("w")
+    router = subprocess.Popen(
+        router_argv(vllm_router, settings, urls), stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        started = time.monotonic()
+        while _call(router_port, "/v1/models")[0] != 200:
+            assert router.poll() is None, (tmp_path / "router.log").read_text()[-2000:]
+            assert time.monotonic() - started < 30, "router not serving within 30 s"
+            time.sleep(0.3)
+        assert [_chat(router_port) for _ in range(6)] == [(200, "up")] * 6
+    finally:
+        _stop(router)
+        _stop(replica)
         log.close()

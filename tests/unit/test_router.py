@@ -44,6 +44,8 @@ def test_shipped_router_is_off_and_valid(settings):
         ("router_health_check_interval_s", 0),
         ("router_health_check_timeout_s", 1.5),
         ("router_health_failure_threshold", True),
+        ("router_start_timeout_s", 0),
+        ("router_replica_startup_timeout_s", "2m"),
     ],
 )
 def test_bad_router_setting_is_refused_by_name(settings, key, value):
@@ -67,6 +69,11 @@ def test_timeout_must_end_before_the_next_check(settings):
     assert [p.split(":")[0] for p in validate(settings)] == ["router_health_check_timeout_s"]
     settings["router_enabled"] = False
     assert validate(settings) == []
+
+
+def test_replicas_are_awaited_less_than_systemd_waits(settings):
+    _enabled(settings).update(router_replica_startup_timeout_s=300, router_start_timeout_s=300)
+    assert [p.split(":")[0] for p in validate(settings)] == ["router_replica_startup_timeout_s"]
 
 
 def test_router_port_clashes_only_with_installed_services(settings):
@@ -136,6 +143,8 @@ def test_argv(settings):
         "5",
         "--health-failure-threshold",
         "3",
+        "--worker-startup-timeout-secs",
+        "120",
     ]
     assert not any("key" in a.lower() for a in argv)
     with pytest.raises(ValueError, match="router_replica_group"):

@@ -180,8 +180,8 @@ class GpuService:
             self.software.extend(ops)
 
     def account(self, comment: str) -> None:
-        """System user (no login, group ``video`` for /dev/nvidia*) with its home (0750) and
-        ``home/tmp`` (0700), both owned by it."""
+        """System user (no login; group ``video`` for /dev/nvidia* when it uses the GPUs) with
+        its home (0750) and ``home/tmp`` (0700), both owned by it."""
         user, home = self.spec.user, self.spec.home
         server.user(
             name=f"Service user {user}",
@@ -189,7 +189,7 @@ class GpuService:
             system=True,
             home=home,
             shell="/usr/sbin/nologin",
-            groups=["video"],
+            groups=["video"] if self.spec.mode else [],
             comment=comment,
         )
         files.directory(name=f"Directory {home}", path=home, user=user, group=user, mode="750")

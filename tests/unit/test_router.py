@@ -191,6 +191,7 @@ def test_router_unit_uses_no_gpu_and_starts_at_boot(settings):
     assert "rigup-llm.target" not in text and "rigup-media.target" not in text
     assert not [line for line in text.splitlines() if "nvidia" in line and line[0] != "#"]
     assert "DevicePolicy=closed" in text and "NoNewPrivileges=yes" in text
+    assert "PrivateDevices=yes" in text
     assert "ExecStartPost=/opt/rigup/bin/wait-ready http://127.0.0.1:8080/health $MAINPID" in text
     assert "User=vllm-router" in text and "TimeoutStartSec=300" in text
     # bound to loopback by default, yet it must reach the replica rigs
@@ -209,6 +210,7 @@ def test_a_gpu_service_unit_keeps_its_mode_and_devices(settings):
     ):
         assert line in text
     assert "DeviceAllow=char-nvidia* rw" in text and "nvidia-persistenced.service" in text
+    assert "PrivateDevices=yes" not in text
     # a loopback GPU service that connects nowhere is confined to localhost; the router is not
     confined = dataclasses.replace(gpu, connects_out=False)
     assert confined.localhost_only and "IPAddressDeny=any" in _render_unit(confined)

@@ -12,6 +12,7 @@ from roles.doctor import doctor
 from roles.model import model, model_store
 from roles.modes import modes
 from roles.nvidia import nvidia
+from roles.router import router
 from roles.settings import host_settings
 from roles.vllm import vllm
 from roles.voxcpm import voxcpm
@@ -26,4 +27,5 @@ cluster(settings)  # many rigs: the cluster's firewall and supervisor (nothing o
 voxcpm(settings, store, gpu)  # VoxCPM2: CPython 3.12 (uv), locked venv, model, voxcpm.service
 comfyui(settings, store, gpu)  # ComfyUI at a pinned commit, locked venv, models, comfyui.service
 modes(settings)  # rigup-llm/rigup-media targets, rigup-mode, boot mode; starts a mode
+router(settings)  # router_enabled: vllm-router in front of the replica rigs (off by default)
 doctor(settings, llm)  # rigup-doctor, rigup-bench (vLLM's bench serve), rigup-report

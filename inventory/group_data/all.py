@@ -216,6 +216,38 @@ model_lock_dir = ""
 model_backup_dir = ""  # deploys/model_backup.py copies the store here (a backup disk, a NAS)
 model_tool_python = "python3"  # the model tool venv's interpreter (Python >= 3.9)
 
+# --- Router: replicas behind one endpoint (roles/router, docs/router.md) ----------------
+# vLLM's own router (PyPI vllm-router 0.1.17, Rust; files/router/requirements.lock) on this rig,
+# one OpenAI-compatible endpoint in front of the rigs of an inventory group that each serve the
+# model. Off by default: a single rig is unchanged. It holds no API key: it forwards the client's
+# "Authorization: Bearer <key>" to the replica it picks, whose vLLM checks it (vllm_api_key_env).
+router_enabled = False
+router_version = "0.1.17"  # files/router/requirements.lock pins it and every dependency
+router_user = "vllm-router"  # non-root service user
+router_host = "127.0.0.1"  # where the endpoint listens; the address clients reach it on
+router_port = 8080  # rigup's choice (vLLM 8000, VoxCPM2 8100, ComfyUI 8188)
+# seconds for `systemctl start`: vllm-router waits for the replicas' /health before it serves
+router_start_timeout_s = 300
+# seconds it waits at start for every replica's /health, then serves those that answered
+# (below router_start_timeout_s; vllm-router's own default, 600 s, is not)
+router_replica_startup_timeout_s = 120
+# The inventory group of replica rigs; each is reached at http://<router_replica_address or its
+# inventory name>:<its vllm_port>, so its vllm_host must not be loopback.
+router_replica_group = "replicas"
+# Set on a replica rig (its host data) when the router reaches it at another address than its
+# inventory name (a private interface); None = the inventory name.
+router_replica_address = None
+# cache_aware: a prompt goes to the replica that saw its longest prefix (vLLM's prefix cache
+# reuses it), to the least loaded once loads drift apart (vllm-router's default); or
+# round_robin, power_of_two (least loaded of two at random), random.
+router_policy = "cache_aware"
+# The router's own health checks (GET /health on each replica): every interval, each waiting at
+# most the timeout (below the interval); this many failures in a row take a replica out, 2
+# successes put it back (vllm-router defaults: 60 s, 5 s, 3).
+router_health_check_interval_s = 10  # seconds between checks of a replica
+router_health_check_timeout_s = 5  # seconds a check waits for /health (below the interval)
+router_health_failure_threshold = 3  # failures in a row that take a replica out
+
 # --- VoxCPM2 text-to-speech -----------------------------------------------------------
 # voxcpm 2.0.3 supports Python 3.10-3.12 (its README: "Python >= 3.10 (<3.13)"), its lock 3.11 and
 # later (fastapi 0.165.0, av 18.1.0); Ubuntu 26.04's python3 is 3.14. rigup installs CPython with uv's managed Python (python-build-standalone

@@ -22,6 +22,12 @@ from roles.common.setting import RuleOver, ServiceKeys
 #: turns.
 MODES: dict[str, str] = {"llm": "rigup-llm.target", "media": "rigup-media.target"}
 
+#: The ``mode`` of a service that uses no GPU (the router, issue 19): in no GPU mode, started at
+#: boot by this target, its unit without the NVIDIA devices; never listed in roles/services.py
+#: (registry_problems refuses a mode that is none of :data:`MODES`).
+NO_GPU = ""
+NO_GPU_TARGET = "multi-user.target"
+
 
 @dataclass(frozen=True)
 class GpuShare:
@@ -48,7 +54,8 @@ class ServiceFootprint:
       ``deploys/<name>.py``, the name in the VRAM budget
     + component: the name people know it by (``"vLLM"``)
     + unit: its systemd unit (``"vllm.service"``)
-    + mode: the GPU mode that runs it, a key of :data:`MODES`
+    + mode: the GPU mode that runs it, a key of :data:`MODES`; :data:`NO_GPU` for a service
+      that uses no GPU (then ``vram`` returns [] and ``target`` is :data:`NO_GPU_TARGET`)
     + keys: the settings of its account, bind address, port and start timeout
     + ready_path: its readiness probe, ``GET <ready_path>`` on its port answering 200
     + vram: its VRAM formula (:data:`VramFormula`); the function's docstring gives the formula
@@ -101,9 +108,15 @@ class ServiceFootprint:
         return f"deploys/{self.name}.py"
 
     @property
+    def uses_gpu(self) -> bool:
+        """Whether it runs on the GPUs (in a GPU mode); False for :data:`NO_GPU`."""
+        return self.mode != NO_GPU
+
+    @property
     def target(self) -> str:
-        """The systemd target of its mode (``rigup-llm.target``)."""
-        return MODES[self.mode]
+        """The systemd target of its mode (``rigup-llm.target``); :data:`NO_GPU_TARGET` for a
+        service that uses no GPU."""
+        return MODES[self.mode] if self.uses_gpu else NO_GPU_TARGET
 
     def installed(self, data: Any) -> bool:
         """Whether the settings ``data`` install it (its ``install_key`` true; a key not set

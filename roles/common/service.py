@@ -90,6 +90,8 @@ class ServiceSpec:
       ready_exec: the ExecStartPost= command that decides readiness instead of wait-ready
     + peer_addresses: other rigs of its cluster (roles/cluster), allowed past the loopback-only
       IPAddressDeny= of a unit bound to loopback
+    + connects_out: it connects to other hosts (the router to its replica rigs), so a loopback
+      bind does not confine it to localhost (no ``IPAddressDeny=any``)
     """
 
     unit: str
@@ -123,6 +125,7 @@ class ServiceSpec:
     # and a readiness command instead of wait-ready's GET (a 1-token completion on a leader)
     peer_addresses: tuple[str, ...] = ()
     ready_exec: str = ""
+    connects_out: bool = False
 
     @classmethod
     def of(
@@ -157,6 +160,12 @@ class ServiceSpec:
         return local_probe_url(self.bind, self.port, self.ready_path)
 
     @property
+    def localhost_only(self) -> bool:
+        """Whether its unit confines it to localhost (``IPAddressDeny=any``): bound to loopback
+        and connecting to no other host."""
+        return is_loopback(self.bind) and not self.connects_out
+
+    @property
     def unit_path(self) -> str:
         return f"{UNIT_DIR}/{self.unit}"
 
@@ -187,8 +196,8 @@ class GpuService:
             self.software.extend(ops)
 
     def account(self, comment: str) -> None:
-        """System user (no login, group ``video`` for /dev/nvidia*) with its home (0750) and
-        ``home/tmp`` (0700), both owned by it."""
+        """System user (no login; group ``video`` for /dev/nvidia* when it uses the GPUs) with
+        its home (0750) and ``home/tmp`` (0700), both owned by it."""
         user, home = self.spec.user, self.spec.home
         survey((home, f"{home}/tmp"))
         service_account(
@@ -196,7 +205,7 @@ class GpuService:
             user=user,
             home=home,
             shell="/usr/sbin/nologin",
-            groups=("video",),
+            groups=("video",) if self.spec.mode else (),
             comment=comment,
         )
         directory_placed(name=f"Directory {home}", path=home, user=user, group=user, mode="750")
@@ -311,11 +320,14 @@ class GpuService:
             pid_key=f" {s.ready_pid_key}" if s.ready_pid_key else "",
             writable=[s.home, *s.read_write_paths],
             wait_ready=f"{self.layout.prefix}/bin/wait-ready",
-            loopback_only=is_loopback(s.bind),
+            loopback_only=s.localhost_only,
             jinja_env_kwargs=dict(JINJA),
         )
         systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
         self.track(env_file, unit)
+        if not s.mode:  # a service that uses no GPU (the router): started at boot, in no mode
+            boot_unit_state(s, any_changed(*self.changes))
+            return unit
         mode_unit_state(
             s, target, blocker, any_changed(*self.changes), unit, rigup_start(self.settings), hint
         )
@@ -379,6 +391,25 @@ def restarted_if_up(unit: str, rigup_start: str):
         host.noop(f"{unit} is {state['active']}: its mode starts it")
         return
     yield f"{shlex.quote(rigup_start)} --restart {shlex.quote(unit)}"
+
+
+def boot_unit_state(spec: ServiceSpec, restart_if) -> None:
+    """A service that uses no GPU (``spec.mode`` empty: roles.common.footprint.NO_GPU):
+    enabled in its target (multi-user.target), running, and restarted when ``restart_if``
+    (anything it runs changed)."""
+    systemd.service(
+        name=f"{spec.unit} enabled at boot and running",
+        service=spec.unit,
+        running=True,
+        enabled=True,
+    )
+    systemd.service(
+        name=f"Restart {spec.unit} (its inputs changed)",
+        service=spec.unit,
+        running=True,
+        restarted=True,
+        _if=restart_if,
+    )
 
 
 def mode_unit_state(

@@ -26,6 +26,30 @@ class PathState(TypedDict, total=False):
     target: str
 
 
+def path_state(
+    kind: str, mode: str, user: str, group: str, size: str, value: str
+) -> PathState | None:
+    """One path's state from the fields the facts below print: ``kind`` "absent" (None),
+    "link" (``value`` its target), "file" (``value`` its sha256, ``size`` in bytes),
+    "directory", or another kind (its type only)."""
+    if kind == "absent":
+        return None
+    if kind == "link":
+        return {"type": "link", "target": value}
+    if kind == "file":
+        return {
+            "type": "file",
+            "mode": mode,
+            "user": user,
+            "group": group,
+            "size": int(size),
+            "sha256": value,
+        }
+    if kind == "directory":
+        return {"type": "directory", "mode": mode, "user": user, "group": group}
+    return {"type": kind}
+
+
 class PathStates(FactBase):
     """State of each of ``paths`` on the host, in one command: ``{"/etc/x": {"type": "file",
     "mode": "644", "user": "root", "group": "root", "size": 12, "sha256": "..."}, "/y": None}``
@@ -65,23 +89,7 @@ class PathStates(FactBase):
             if len(fields) != 7:
                 continue
             kind, mode, user, group, size, value, path = fields
-            if kind == "absent":
-                states[path] = None
-            elif kind == "link":
-                states[path] = {"type": "link", "target": value}
-            elif kind == "file":
-                states[path] = {
-                    "type": "file",
-                    "mode": mode,
-                    "user": user,
-                    "group": group,
-                    "size": int(size),
-                    "sha256": value,
-                }
-            elif kind == "directory":
-                states[path] = {"type": "directory", "mode": mode, "user": user, "group": group}
-            else:
-                states[path] = {"type": kind}
+            states[path] = path_state(kind, mode, user, group, size, value)
         return states
 
 
@@ -120,19 +128,6 @@ class TreeStates(FactBase):
                 continue
             letter, mode, user, group, size, target, path = fields
             kind = kinds.get(letter, "other")
-            if kind == "link":
-                states[path] = {"type": "link", "target": target}
-            elif kind == "file":
-                states[path] = {
-                    "type": "file",
-                    "mode": mode,
-                    "user": user,
-                    "group": group,
-                    "size": int(size),
-                    "sha256": sums.get(path, ""),
-                }
-            elif kind == "directory":
-                states[path] = {"type": "directory", "mode": mode, "user": user, "group": group}
-            else:
-                states[path] = {"type": kind}
+            value = target if kind == "link" else sums.get(path, "")
+            states[path] = path_state(kind, mode, user, group, size, value)
         return states

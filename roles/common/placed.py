@@ -90,6 +90,25 @@ def _owner_matches(current: PathState, user: str | None, group: str | None) -> b
     )
 
 
+def _is(
+    current: PathState | None,
+    kind: str,
+    mode,
+    user: str | None,
+    group: str | None,
+    data: bytes | None = None,
+) -> bool:
+    """``current`` is a ``kind`` ("file", "directory") with ``mode``, ``user`` and ``group``
+    and, when ``data`` is given, those bytes (by sha256)."""
+    return (
+        current is not None
+        and current.get("type") == kind
+        and (data is None or current.get("sha256") == hashlib.sha256(data).hexdigest())
+        and _mode_matches(current, mode)
+        and _owner_matches(current, user, group)
+    )
+
+
 def _content(src: str | Path | StringIO | BytesIO) -> bytes:
     if isinstance(src, StringIO):
         return src.getvalue().encode()
@@ -99,14 +118,7 @@ def _content(src: str | Path | StringIO | BytesIO) -> bytes:
 
 
 def _place(data: bytes, dest: str, mode, user, group, template: str | None = None):
-    current = path_state(dest)
-    if (
-        current is not None
-        and current.get("type") == "file"
-        and current.get("sha256") == hashlib.sha256(data).hexdigest()
-        and _mode_matches(current, mode)
-        and _owner_matches(current, user, group)
-    ):
+    if _is(path_state(dest), "file", mode, user, group, data):
         host.noop(f"file {dest} is current")
         return
     # pyinfra's own put makes the change (upload through a temp file, parent directory,
@@ -169,13 +181,7 @@ def directory_placed(
 ):
     """A directory at ``path`` with ``mode`` and, when given, ``user``/``group`` (pyinfra's
     ``files.directory`` makes it when it differs). Never its content."""
-    current = path_state(path)
-    if (
-        current is not None
-        and current.get("type") == "directory"
-        and _mode_matches(current, mode)
-        and _owner_matches(current, user, group)
-    ):
+    if _is(path_state(path), "directory", mode, user, group):
         host.noop(f"directory {path} is current")
         return
     yield from files.directory._inner(path=path, mode=mode, user=user, group=group)
@@ -198,13 +204,7 @@ def file_present(
 ):
     """A regular file at ``path`` (made empty when absent; its content is not ours) with
     ``mode`` and, when given, ``user``/``group`` (pyinfra's ``files.file`` makes it so)."""
-    current = path_state(path)
-    if (
-        current is not None
-        and current.get("type") == "file"
-        and _mode_matches(current, mode)
-        and _owner_matches(current, user, group)
-    ):
+    if _is(path_state(path), "file", mode, user, group):
         host.noop(f"file {path} is as wanted")
         return
     yield from files.file._inner(path=path, mode=mode, user=user, group=group)
@@ -266,25 +266,12 @@ def tree_placed(
     states = _tree(dest)
     changed = False
     for path in dirs:
-        current = states.get(path)
-        if not (
-            current is not None
-            and current.get("type") == "directory"
-            and _mode_matches(current, dir_mode)
-            and _owner_matches(current, user, group)
-        ):
+        if not _is(states.get(path), "directory", dir_mode, user, group):
             changed = True
             yield from files.directory._inner(path=path, mode=dir_mode, user=user, group=group)
     for rel in rels:
         data = (src / rel).read_bytes()
-        current = states.get(f"{dest}/{rel}")
-        if not (
-            current is not None
-            and current.get("type") == "file"
-            and current.get("sha256") == hashlib.sha256(data).hexdigest()
-            and _mode_matches(current, mode)
-            and _owner_matches(current, user, group)
-        ):
+        if not _is(states.get(f"{dest}/{rel}"), "file", mode, user, group, data):
             changed = True
             yield from files.put._inner(
                 src=str(src / rel), dest=f"{dest}/{rel}", mode=mode, user=user, group=group

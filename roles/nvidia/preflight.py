@@ -189,19 +189,8 @@ def kernel_problems(
     checked). Returns ``(problems, its flavour)``, the flavour None when it is unknown."""
     if path != "ubuntu":
         return [], None
-    if data.get("nvidia_driver_next_boot"):
-        if kernel_packages is None:
-            return [], None
-        flavour = target_flavour(data, kernel, kernel_packages.get("packages") or {})
-        if flavour is not None:
-            return [], flavour
-        return [
-            "nvidia_driver_next_boot installs the prebuilt NVIDIA modules for the kernel the "
-            "host boots next, and no kernel meta-package is installed to say which "
-            "(linux-generic, linux-generic-hwe-26.04, ...): install the one the host boots "
-            "(`apt install linux-generic`), or use nvidia_install_path = 'nvidia-repo' (DKMS)"
-        ], None
-    if kernel and uname_flavour(kernel) is None:
+    next_boot = bool(data.get("nvidia_driver_next_boot"))
+    if not next_boot and kernel and uname_flavour(kernel) is None:
         return [
             f"the running kernel {kernel} is not an Ubuntu kernel (<version>-<abi>-<flavour>): "
             "Canonical's prebuilt NVIDIA modules exist only for Ubuntu's kernels. Boot an Ubuntu "
@@ -212,6 +201,13 @@ def kernel_problems(
     flavour = target_flavour(data, kernel, kernel_packages.get("packages") or {})
     if flavour is not None:
         return [], flavour
+    if next_boot:
+        return [
+            "nvidia_driver_next_boot installs the prebuilt NVIDIA modules for the kernel the "
+            "host boots next, and no kernel meta-package is installed to say which "
+            "(linux-generic, linux-generic-hwe-26.04, ...): install the one the host boots "
+            "(`apt install linux-generic`), or use nvidia_install_path = 'nvidia-repo' (DKMS)"
+        ], None
     return [
         "no installed kernel meta-package tracks the running kernel "
         f"{kernel or '(uname -r said nothing)'} "

@@ -6,8 +6,8 @@
    packages (python3.11-minimal, libpython3.11-minimal, libpython3.11-stdlib, fetched from the
    lab's Debian mirror, or deb.debian.org on an Ubuntu lab, with a throw-away apt configuration,
    verified by apt against Debian's keys), plus a uv download list naming it with its sha256 (``UV_PYTHON_DOWNLOADS_JSON_URL``).
-   The role then runs the same ``uv python install`` as on the rig. Debian 13, the lab's own
-   release, ships only 3.13, outside voxcpm 2.0.3's range.
+   The role then runs the same ``uv python install`` as on the rig. Ubuntu 26.04 (3.14) and Debian 13 (3.13), the lab's
+   suites, ship none inside voxcpm 2.0.3's range.
 2. A "local copy" of the VoxCPM2 checkpoint holding only a config.json with
    ``"architecture": "voxcpm2"`` (the real weights come from Hugging Face, which the lab cannot
    reach). The service there runs with the test double synthesizer

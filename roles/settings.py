@@ -37,7 +37,7 @@ from roles.model.manifest import ManifestError, load_manifest
 from roles.modes import settings as modes_settings
 from roles.modes.budget import budget_problems
 from roles.nvidia import settings as nvidia_settings
-from roles.router import settings as router_settings  # router (issue 19, item 4)
+from roles.router import settings as router_settings  # replicas behind one endpoint
 
 __all__ = [
     "RULES",
@@ -62,7 +62,7 @@ def role_settings() -> tuple[ModuleType, ...]:
         nvidia_settings,
         model_settings,
         *services,
-        router_settings,  # router (issue 19, item 4): no GPU, so no footprint in roles/services.py
+        router_settings,  # the router: no GPU, so no footprint in roles/services.py
         modes_settings,
         doctor_settings,
         cluster_settings,  # many rigs: one model across rigs (roles/cluster)

@@ -4,8 +4,8 @@ rigup-cluster-watch.timer every ``interval_s``.
 
 Why: vLLM 0.22.1's multi-node pair does not notice a dead peer. With its follower killed the
 leader keeps answering /health 200 while every completion hangs; with its leader killed the
-follower idles with no log line. Neither exits, so systemd's Restart= never fires (rigup issue 19,
-measured on the CPU build). So each rig checks what serving needs:
+follower idles with no log line. Neither exits, so systemd's Restart= never fires (measured
+on the CPU build: two network namespaces joined by a veth pair). So each rig checks what serving needs:
 
 - the leader asks for a 1-token completion within ``probe_timeout_s`` (never /health alone);
 - a follower checks its session to the leader: an established TCP connection to the leader's

@@ -22,7 +22,7 @@ from roles.common.setting import RuleOver, ServiceKeys
 #: turns.
 MODES: dict[str, str] = {"llm": "rigup-llm.target", "media": "rigup-media.target"}
 
-#: The ``mode`` of a service that uses no GPU (the router, issue 19): in no GPU mode, started at
+#: The ``mode`` of a service that uses no GPU (the router): in no GPU mode, started at
 #: boot by this target, its unit without the NVIDIA devices; never listed in roles/services.py
 #: (registry_problems refuses a mode that is none of :data:`MODES`).
 NO_GPU = ""

@@ -1,5 +1,5 @@
 """The supervisor of a rig of a cluster (files/cluster/cluster_watch.py): its decision on the
-cases the pair was seen in (rigup issue 19, the CPU build's pair: a killed follower leaves the
+cases the pair was seen in (the CPU build's pair in two network namespaces: a killed follower leaves the
 leader answering /health while completions hang; a killed leader leaves the follower idle), its
 bound on the time to a restart, and its two probes on live sockets."""
 

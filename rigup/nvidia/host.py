@@ -3,22 +3,17 @@ rigup-nvidia-diagnose (a ``runner`` is ``argv -> (exit status, output)``)."""
 
 from __future__ import annotations
 
+from rigup import units
+
 from .driver import DRIVER_KINDS, DRIVER_STATE_COMMAND, explain, parse_driver_state
 from .gpus import GPU_QUERY_FIELDS, GPU_QUERY_FORMAT, GpuQuery, read_gpu_query
 
 
 def run(argv: list[str], timeout: float = 120) -> tuple[int, str]:
-    """Run a command; ``(exit status, stdout + stderr)``. A missing program is status 127 and a
-    timeout 124, like a shell's, never an exception."""
-    import subprocess
-
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
-    except FileNotFoundError:
-        return 127, f"{argv[0]}: command not found"
-    except subprocess.TimeoutExpired:
-        return 124, f"{' '.join(argv)}: no answer within {timeout:g} s"
-    return proc.returncode, proc.stdout + proc.stderr
+    """Run a command; ``(exit status, stdout + stderr)``: :func:`rigup.units.run` with the
+    NVIDIA tools' default timeout of 120 s. A missing program is status 127 and a timeout 124,
+    never an exception."""
+    return units.run(argv, timeout)
 
 
 def driver_state(runner=run, command: str = DRIVER_STATE_COMMAND) -> dict:

@@ -226,6 +226,8 @@ router_version = "0.1.17"  # files/router/requirements.lock pins it and every de
 router_user = "vllm-router"  # non-root service user
 router_host = "127.0.0.1"  # where the endpoint listens; the address clients reach it on
 router_port = 8080  # rigup's choice (vLLM 8000, VoxCPM2 8100, ComfyUI 8188)
+# its Prometheus metrics, on 127.0.0.1 only (vllm-router's default port, 29000)
+router_metrics_port = 29000
 # seconds for `systemctl start`: vllm-router waits for the replicas' /health before it serves
 router_start_timeout_s = 300
 # seconds it waits at start for every replica's /health, then serves those that answered

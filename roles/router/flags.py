@@ -25,6 +25,7 @@ def router_argv(executable: str, data: Any, urls: list[str]) -> list[str]:
     and 2 successes (vllm-router's ``--health-success-threshold`` default) put it back.
     At start it waits at most ``router_replica_startup_timeout_s`` for the replicas to answer,
     then serves those that do (vllm-router's default, 600 s, is past systemd's start timeout).
+    Its Prometheus metrics: ``127.0.0.1:router_metrics_port``.
     Raises ValueError on an empty ``urls`` (the settings check refuses that run earlier).
     """
     if not urls:
@@ -50,4 +51,10 @@ def router_argv(executable: str, data: Any, urls: list[str]) -> list[str]:
         str(s.router_health_failure_threshold),
         "--worker-startup-timeout-secs",
         str(s.router_replica_startup_timeout_s),
+        # vllm-router always serves Prometheus metrics (default 127.0.0.1:29000); named here so
+        # the port is declared, and bound to loopback whatever vllm-router's default becomes
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(s.router_metrics_port),
     ]

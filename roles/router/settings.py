@@ -47,6 +47,7 @@ class RouterSettings(TypedSettings):
     router_user: str = setting(matches(UNIX_NAME, "a Unix user name (lowercase, max 32 chars)"))
     router_host: str = setting(host_address)
     router_port: int = setting(service_port)
+    router_metrics_port: int = setting(service_port)
     router_start_timeout_s: int = setting(integer(5, 3600))
     router_replica_startup_timeout_s: int = setting(integer(1, 3600))
     router_replica_group: str = setting(
@@ -72,7 +73,8 @@ def consistency(values: Mapping[str, Any]) -> list[str]:
     waiting up to the timeout: vllm_router/router_args.py, so a check ends before the next),
     ``router_replica_startup_timeout_s`` below ``router_start_timeout_s`` (vllm-router waits
     that long for every replica's /health before it serves, then serves the healthy ones:
-    measured with one replica down, tests/router), and ``router_port`` none of this rig's installed GPU services' ports (roles/services.py)."""
+    measured with one replica down, tests/router), ``router_metrics_port`` not ``router_port``,
+    and ``router_port`` none of this rig's installed GPU services' ports (roles/services.py)."""
     if not values["router_enabled"]:
         return []
     from roles import services  # the GPU services' footprints (they never import this role)
@@ -92,6 +94,10 @@ def consistency(values: Mapping[str, Any]) -> list[str]:
             f"({start} s); systemd would stop the router while it waits for a replica"
         )
     port = values["router_port"]
+    if values["router_metrics_port"] == port:
+        problems.append(
+            f"router_metrics_port: {port} is router_port too; the metrics need a port of their own"
+        )
     for service in services.SERVICES:
         if service.installed(values) and values.get(service.keys.port) == port:
             problems.append(

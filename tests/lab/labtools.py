@@ -14,10 +14,15 @@ from lab import scenario
 from lab.step import StepResult
 
 #: every lab test: the ``lab`` marker, and root (systemd-nspawn boots the machine)
-LAB_MARKS = [
+LAB_HOST_MARKS = [
     pytest.mark.lab,
     pytest.mark.skipif(os.geteuid() != 0, reason="the lab machine needs root (systemd-nspawn)"),
 ]
+
+#: the tests of the session's lab machine (the ``lab`` fixture): one pytest-xdist group, so they
+#: run in order on one worker while the others run beside them (bin/rigup-test)
+LAB_MACHINE_GROUP = "lab-machine"
+LAB_MARKS = [*LAB_HOST_MARKS, pytest.mark.xdist_group(LAB_MACHINE_GROUP)]
 
 # A machine of its own, so the suite never touches the lab a user keeps from bin/rigup-lab.
 # RIGUP_TEST_LAB_NAME / RIGUP_TEST_LAB_SSH_PORT let two checkouts run the suite side by side.

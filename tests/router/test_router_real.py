@@ -128,10 +128,11 @@ def test_router_spreads_and_drops_a_dead_replica(vllm_router: str, policy: str, 
         )
         for name, port in ports.items()
     }
-    router_port = _free_port()
+    router_port, metrics_port = _free_port(), _free_port()
     settings = {
         "router_host": "127.0.0.1",
         "router_port": router_port,
+        "router_metrics_port": metrics_port,  # tests run side by side (pytest-xdist)
         "router_policy": policy,
         "router_health_check_interval_s": INTERVAL_S,
         "router_health_check_timeout_s": TIMEOUT_S,
@@ -151,6 +152,9 @@ def test_router_spreads_and_drops_a_dead_replica(vllm_router: str, policy: str, 
 
         # The key is the replicas' to check: without it a replica answers 401 through the router.
         assert _call(router_port, "/v1/models", key=None)[0] == 401
+        # its Prometheus metrics on the declared port, loopback only
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
+            assert r.status == 200
 
         # Concurrent requests with distinct prompts reach both replicas (cache_aware balances by
         # load once the loads drift apart; round_robin alternates).
@@ -196,6 +200,7 @@ def test_router_serves_the_replicas_up_when_one_is_down_at_start(vllm_router: st
     settings = {
         "router_host": "127.0.0.1",
         "router_port": router_port,
+        "router_metrics_port": _free_port(),
         "router_policy": "cache_aware",
         "router_health_check_interval_s": INTERVAL_S,
         "router_health_check_timeout_s": TIMEOUT_S,

@@ -56,12 +56,16 @@ def test_bad_router_setting_is_refused_by_name(settings, key, value):
 
 def test_every_problem_of_a_run_at_once_before_any_change(settings):
     _enabled(settings).update(
-        router_policy="fastest", router_health_check_timeout_s=30, router_port=8000
+        router_policy="fastest",
+        router_health_check_timeout_s=30,
+        router_port=8000,
+        router_metrics_port=8000,
     )
     with pytest.raises(SettingsError) as refused:
         require_valid_settings(settings, "rig")
     message = str(refused.value)
     assert "router_policy" in message and "router_port: 8000 is vllm_port too" in message
+    assert "router_metrics_port: 8000 is router_port too" in message
 
 
 def test_timeout_must_end_before_the_next_check(settings):
@@ -145,6 +149,10 @@ def test_argv(settings):
         "3",
         "--worker-startup-timeout-secs",
         "120",
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        "29000",
     ]
     assert not any("key" in a.lower() for a in argv)
     with pytest.raises(ValueError, match="router_replica_group"):

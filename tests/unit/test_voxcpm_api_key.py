@@ -76,7 +76,11 @@ def test_readiness_stays_open_for_systemd(server):
     assert _get(f"{server}/health")[0] == 200
 
 
-@pytest.mark.parametrize("key", [None, "", "wrong", KEY + "x", KEY[:-1]])
+@pytest.mark.parametrize(
+    "key",
+    [None, "", "wrong", KEY + "x", KEY[:-1]],
+    ids=["absent", "empty", "wrong", "key-plus-a-letter", "key-less-a-letter"],  # KEY is random
+)
 def test_the_api_refuses_a_missing_or_wrong_key(server, key):
     status, body = _get(f"{server}/v1/models", key)
     assert status == 401, body

@@ -43,17 +43,18 @@ def _xdist_group(item: pytest.Item) -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (bin/rigup-test: ``-n 2 --dist loadgroup --no-loadscope-reorder``) the
-    scheduler hands out work in collection order, a group as one unit: the session lab
-    machine's scenario first (the longest, mostly waiting on the machine), so one worker runs it
-    from the start while the other runs the controller's tests, then the groups of the other
-    lab machines (their template and wheels warm by then). A run without xdist keeps pytest's
-    order."""
+    scheduler hands out work in collection order, a group as one unit: the two lab machines'
+    groups first (the longest, mostly waiting on the machines), one per worker from the start;
+    then the controller's tests, then the groups of the other lab machines (their template and
+    wheels warm by then). A run without xdist keeps pytest's order."""
     if not hasattr(config, "workerinput"):  # only xdist's workers collect for the scheduler
         return
     from tests.lab.labtools import LAB_MACHINE_GROUP
 
     def rank(item: pytest.Item) -> int:
         group = _xdist_group(item)
-        return 0 if group == LAB_MACHINE_GROUP else 1 if group is None else 2
+        if group is None:
+            return 1
+        return 0 if group.startswith(LAB_MACHINE_GROUP) else 2
 
     items.sort(key=rank)  # stable: pytest's order inside each rank

@@ -19,17 +19,34 @@ LAB_HOST_MARKS = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the lab machine needs root (systemd-nspawn)"),
 ]
 
-#: the tests of the session's lab machine (the ``lab`` fixture): one pytest-xdist group, so they
-#: run in order on one worker while the others run beside them (bin/rigup-test)
+#: The tests of a session's lab machine (the ``lab`` fixture), in two pytest-xdist groups that
+#: bin/rigup-test runs side by side, each group in order on one worker, each worker with a
+#: converged machine of its own (:func:`lab_env`); in one process (``-n 0``) one machine runs
+#: both. Each group starts from a fresh converge and leaves nothing the other needs.
 LAB_MACHINE_GROUP = "lab-machine"
 LAB_MARKS = [*LAB_HOST_MARKS, pytest.mark.xdist_group(LAB_MACHINE_GROUP)]
+SECOND_LAB_MARKS = [*LAB_HOST_MARKS, pytest.mark.xdist_group(f"{LAB_MACHINE_GROUP}-2")]
 
-# A machine of its own, so the suite never touches the lab a user keeps from bin/rigup-lab.
-# RIGUP_TEST_LAB_NAME / RIGUP_TEST_LAB_SSH_PORT let two checkouts run the suite side by side.
-LAB_ENV = {
-    "RIGUP_LAB_NAME": os.environ.get("RIGUP_TEST_LAB_NAME", "rigup-lab-test"),
-    "RIGUP_LAB_SSH_PORT": os.environ.get("RIGUP_TEST_LAB_SSH_PORT", "2223"),
-}
+
+def lab_env(env=os.environ) -> dict[str, str]:
+    """The test lab machine of this process: ``RIGUP_TEST_LAB_NAME`` (``rigup-lab-test``) on
+    ``RIGUP_TEST_LAB_SSH_PORT`` (2223); pytest-xdist's worker N > 0 (``PYTEST_XDIST_WORKER``
+    ``gwN``) gets ``<name>-N`` on port + 40 + N, so two workers' machines never share a name, a
+    state directory or a port (every lab port follows the SSH port: lab/hub_lab.py
+    ``hub_port``). The state directory follows the name, never a user's ``RIGUP_LAB_STATE_DIR``.
+    A machine of its own, so the suite never touches the lab a user keeps from bin/rigup-lab;
+    the two variables let two checkouts run the suite side by side.
+    """
+    name = env.get("RIGUP_TEST_LAB_NAME", "rigup-lab-test")
+    port = int(env.get("RIGUP_TEST_LAB_SSH_PORT", "2223"))
+    worker = env.get("PYTEST_XDIST_WORKER", "")
+    n = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    if n:
+        name, port = f"{name}-{n}", port + 40 + n
+    return {"RIGUP_LAB_NAME": name, "RIGUP_LAB_SSH_PORT": str(port), "RIGUP_LAB_STATE_DIR": ""}
+
+
+LAB_ENV = lab_env()
 
 
 def pyinfra(*args: str, check: bool = False) -> subprocess.CompletedProcess:

@@ -103,16 +103,37 @@ BREAKS = {
 }
 
 
-@pytest.mark.parametrize("what", list(BREAKS))
-def test_broken_lab_fails_clearly_then_converge_repairs_it(converged, what):
-    command, test_name, message = BREAKS[what]
-    converged.ssh(command)
-    broken = infra("-k", test_name)
-    assert broken.rc != 0, f"testinfra passed on a lab with '{what}'"
-    assert message in broken.detail["output"], broken.detail["output"]
+#: faults broken together, then repaired by one converge: each round's faults touch different
+#: files (the unit's two faults cannot be in one round: one moves the file the other edits)
+ROUNDS = {
+    "unit, venv and env file": [
+        "unit missing",
+        "wrong vLLM version",
+        "voxcpm env file world-readable",
+    ],
+    "unit edited": ["text-only flag dropped"],
+}
+
+
+def test_every_fault_is_in_one_round():
+    assert sorted(w for r in ROUNDS.values() for w in r) == sorted(BREAKS)
+
+
+@pytest.mark.parametrize("round_", list(ROUNDS))
+def test_broken_lab_fails_clearly_then_converge_repairs_it(converged, round_):
+    """Each fault of the round, made by hand on the converged lab: testinfra fails naming each
+    one with its own message; one converge repairs them all and the same checks pass."""
+    faults = [BREAKS[what] for what in ROUNDS[round_]]
+    for command, _, _ in faults:
+        converged.ssh(command)
+    selected = " or ".join(sorted({test_name for _, test_name, _ in faults}))
+    broken = infra("-k", selected)
+    assert broken.rc != 0, f"testinfra passed on a lab with {ROUNDS[round_]}"
+    for what, (_, _, message) in zip(ROUNDS[round_], faults, strict=True):
+        assert message in broken.detail["output"], (what, broken.detail["output"])
     repaired = scenario.converge()
     assert repaired.ok
-    assert infra("-k", test_name).ok, f"converge did not repair '{what}'"
+    assert infra("-k", selected).ok, f"converge did not repair {ROUNDS[round_]}"
 
 
 def test_model_patch_shows_as_diff_and_is_declarative(converged):

@@ -15,11 +15,12 @@ import pytest
 
 from lab import hub_lab, offline, scenario
 from tests.lab.labtools import (
-    LAB_MARKS,
+    SECOND_LAB_MARKS,
     infra,
 )
 
-pytestmark = LAB_MARKS
+# on a second converged machine beside the first (tests/lab/labtools.py)
+pytestmark = SECOND_LAB_MARKS
 
 
 # --- Models: from the lab's hub, locked on first placement; bytes per run; resume; integrity ---

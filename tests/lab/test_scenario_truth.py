@@ -19,13 +19,14 @@ from lab.step import StepResult
 from roles.common.facts import uv_env
 from tests.lab import blocking
 from tests.lab.labtools import (
-    LAB_MARKS,
+    SECOND_LAB_MARKS,
     active,
     infra,
     pyinfra,
 )
 
-pytestmark = LAB_MARKS
+# on a second converged machine beside the first (tests/lab/labtools.py)
+pytestmark = SECOND_LAB_MARKS
 
 
 # --- Every converge tells the truth: interrupted, concurrent, bad inputs, exposure, restarts ---

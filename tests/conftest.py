@@ -36,25 +36,35 @@ def settings() -> Settings:
     return Settings(load_group_data())
 
 
-def _xdist_group(item: pytest.Item) -> str | None:
-    mark = item.get_closest_marker("xdist_group")
-    return None if mark is None else str(mark.args[0] if mark.args else mark.kwargs["name"])
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """pytest-xdist's scheduler for bin/rigup-test: each lab machine's group of modules
+    (tests/lab/labtools.py ``MACHINE_GROUPS``) is one unit of work, kept on one worker in file
+    order; every other test is a unit of its own. (pytest-xdist's ``--dist loadgroup`` would
+    do this from ``xdist_group`` marks, but its rename of the test ids has no effect on pytest
+    9's ids.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    from tests.lab.labtools import machine_group
+
+    class ByMachine(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return machine_group(nodeid) or nodeid
+
+    return ByMachine(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (bin/rigup-test: ``-n 2 --dist loadgroup --no-loadscope-reorder``) the
-    scheduler hands out work in collection order, a group as one unit: the two lab machines'
-    groups first (the longest, mostly waiting on the machines), one per worker from the start;
-    then the controller's tests, then the groups of the other lab machines (their template and
-    wheels warm by then). A run without xdist keeps pytest's order."""
+    """Under pytest-xdist (bin/rigup-test: ``-n 2 --no-loadscope-reorder``) the scheduler hands
+    out work in collection order: the two session lab machines' groups first (the longest,
+    mostly waiting on the machines), one per worker from the start; then the controller's
+    tests; then the groups of the other lab machines (their template and wheels warm by then).
+    A run without xdist keeps pytest's order."""
     if not hasattr(config, "workerinput"):  # only xdist's workers collect for the scheduler
         return
-    from tests.lab.labtools import LAB_MACHINE_GROUP
+    from tests.lab.labtools import SESSION_MACHINE_GROUPS, machine_group
 
     def rank(item: pytest.Item) -> int:
-        group = _xdist_group(item)
-        if group is None:
-            return 1
-        return 0 if group.startswith(LAB_MACHINE_GROUP) else 2
+        group = machine_group(item.nodeid)
+        return 1 if group is None else 0 if group in SESSION_MACHINE_GROUPS else 2
 
     items.sort(key=rank)  # stable: pytest's order inside each rank

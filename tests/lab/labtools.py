@@ -14,18 +14,34 @@ from lab import scenario
 from lab.step import StepResult
 
 #: every lab test: the ``lab`` marker, and root (systemd-nspawn boots the machine)
-LAB_HOST_MARKS = [
+LAB_MARKS = [
     pytest.mark.lab,
     pytest.mark.skipif(os.geteuid() != 0, reason="the lab machine needs root (systemd-nspawn)"),
 ]
 
-#: The tests of a session's lab machine (the ``lab`` fixture), in two pytest-xdist groups that
-#: bin/rigup-test runs side by side, each group in order on one worker, each worker with a
-#: converged machine of its own (:func:`lab_env`); in one process (``-n 0``) one machine runs
-#: both. Each group starts from a fresh converge and leaves nothing the other needs.
-LAB_MACHINE_GROUP = "lab-machine"
-LAB_MARKS = [*LAB_HOST_MARKS, pytest.mark.xdist_group(LAB_MACHINE_GROUP)]
-SECOND_LAB_MARKS = [*LAB_HOST_MARKS, pytest.mark.xdist_group(f"{LAB_MACHINE_GROUP}-2")]
+#: The lab modules by the machines they run on: bin/rigup-test's two pytest-xdist workers take a
+#: group each as one unit (tests/conftest.py), its modules in file order on that worker's own
+#: machine (:func:`lab_env`). "lab-machine" and "lab-machine-2" are the session's converged lab
+#: machine (the ``lab`` fixture) on each worker, each group starting from a fresh converge and
+#: leaving nothing the other needs; in one process (``-n 0``) one machine runs both. The other
+#: groups make machines of their own. A lab module that makes no machine is in MACHINELESS.
+MACHINE_GROUPS = {
+    "tests/lab/test_scenario.py": "lab-machine",
+    "tests/lab/test_scenario_modes.py": "lab-machine",
+    "tests/lab/test_scenario_doctor.py": "lab-machine",
+    "tests/lab/test_scenario_models.py": "lab-machine-2",
+    "tests/lab/test_scenario_truth.py": "lab-machine-2",
+    "tests/lab/test_lab_cgroups.py": "lab-cgroups",
+}
+MACHINELESS = {"tests/lab/test_cuda_build.py"}
+#: the groups of the session's lab machine: handed out first, one per worker
+SESSION_MACHINE_GROUPS = ("lab-machine", "lab-machine-2")
+
+
+def machine_group(nodeid: str) -> str | None:
+    """The machine group of a test id (``tests/lab/test_scenario.py::test_x[p]``), None for a
+    test that needs no lab machine of its own."""
+    return MACHINE_GROUPS.get(nodeid.split("::", 1)[0])
 
 
 def lab_env(env=os.environ) -> dict[str, str]:

@@ -8,9 +8,9 @@ import os
 import subprocess
 
 from lab import scenario
-from tests.lab.labtools import LAB_HOST_MARKS
+from tests.lab.labtools import LAB_MARKS
 
-pytestmark = LAB_HOST_MARKS  # root: the lab's cache directory (RIGUP_LAB_CACHE_DIR) is root's
+pytestmark = LAB_MARKS  # root: the lab's cache directory (RIGUP_LAB_CACHE_DIR) is root's
 
 
 def test_pinned_vllm_facts_hold_in_the_cuda_build():

@@ -17,10 +17,9 @@ import pytest
 from lab import cgroup
 from lab.config import LabConfig
 from lab.machine import LabMachine
-from tests.lab.labtools import LAB_ENV, LAB_HOST_MARKS
+from tests.lab.labtools import LAB_ENV, LAB_MARKS
 
-# machines of its own (not the session's lab): its own group, beside the lab machine's tests
-pytestmark = [*LAB_HOST_MARKS, pytest.mark.xdist_group("lab-cgroups")]
+pytestmark = LAB_MARKS
 
 PROBE = "rigup-cgroup-probe.service"
 

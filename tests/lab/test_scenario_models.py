@@ -15,12 +15,11 @@ import pytest
 
 from lab import hub_lab, offline, scenario
 from tests.lab.labtools import (
-    SECOND_LAB_MARKS,
+    LAB_MARKS,
     infra,
 )
 
-# on a second converged machine beside the first (tests/lab/labtools.py)
-pytestmark = SECOND_LAB_MARKS
+pytestmark = LAB_MARKS
 
 
 # --- Models: from the lab's hub, locked on first placement; bytes per run; resume; integrity ---

@@ -19,14 +19,13 @@ from lab.step import StepResult
 from roles.common.facts import uv_env
 from tests.lab import blocking
 from tests.lab.labtools import (
-    SECOND_LAB_MARKS,
+    LAB_MARKS,
     active,
     infra,
     pyinfra,
 )
 
-# on a second converged machine beside the first (tests/lab/labtools.py)
-pytestmark = SECOND_LAB_MARKS
+pytestmark = LAB_MARKS
 
 
 # --- Every converge tells the truth: interrupted, concurrent, bad inputs, exposure, restarts ---

@@ -3,6 +3,8 @@ order the scheduler gets the tests in (tests/conftest.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from lab.comfyui_lab import lab_comfyui_port
 from lab.config import LabConfig
 from lab.hub_lab import hub_port
@@ -47,3 +49,28 @@ def test_a_users_state_dir_never_holds_the_test_machine():
     env = lab_env({"RIGUP_LAB_STATE_DIR": "/srv/my-lab", "PYTEST_XDIST_WORKER": "gw1"})
     assert env["RIGUP_LAB_NAME"] == "rigup-lab-test-1" and env["RIGUP_LAB_STATE_DIR"] == ""
     assert "my-lab" not in str(LabConfig.from_env(env).state_dir)
+
+
+def test_every_lab_module_declares_its_machine():
+    """A new lab module is in MACHINE_GROUPS (or MACHINELESS): otherwise pytest-xdist would
+    spread its tests over both workers, each booting a machine for it."""
+    from tests.lab.labtools import MACHINE_GROUPS, MACHINELESS, SESSION_MACHINE_GROUPS
+
+    repo = Path(__file__).resolve().parents[2]
+    modules = {p.relative_to(repo).as_posix() for p in (repo / "tests" / "lab").glob("test_*.py")}
+    assert modules == set(MACHINE_GROUPS) | MACHINELESS
+    assert not set(MACHINE_GROUPS) & MACHINELESS
+    assert set(SESSION_MACHINE_GROUPS) <= set(MACHINE_GROUPS.values())
+    for module, group in MACHINE_GROUPS.items():
+        uses_session_machine = any(
+            f"({name}" in (repo / module).read_text() for name in ("converged", "media", "lab)")
+        )
+        assert uses_session_machine == (group in SESSION_MACHINE_GROUPS), module
+
+
+def test_machine_group_of_a_test_id():
+    from tests.lab.labtools import machine_group
+
+    assert machine_group("tests/lab/test_scenario.py::test_x[a::b]") == "lab-machine"
+    assert machine_group("tests/lab/test_scenario_truth.py::test_y") == "lab-machine-2"
+    assert machine_group("tests/unit/test_facts.py::test_z") is None

@@ -51,6 +51,11 @@ lab = [
             # vLLM's own code but not started (`python -m lab layers` on a forky machine)
             "vllm_device": os.environ.get("RIGUP_LAB_VLLM_DEVICE", "cpu"),
             "vllm_port": lab_vllm_port(_cfg),  # labs share this machine's network
+            # The CPU engine profiles at every start with a forward pass of this many tokens
+            # (vllm/v1/worker/cpu_model_runner.py warming_up_model -> profile_run): at the rig's
+            # 16384, 80 s of the engine's start on the 2-core controller. The rig's value is
+            # checked by the CUDA build's own parser (tests/vllm) and served on the H200.
+            "vllm_max_num_batched_tokens": 4096,
             # --- Models (lab/hub_lab.py): from the lab's Hugging Face-compatible server, as a
             # rig's come from huggingface.co or hf-mirror.com; their locks are written in the lab's
             # state directory on this controller, never beside the shipped manifests

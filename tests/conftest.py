@@ -55,16 +55,22 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (bin/rigup-test: ``-n 2 --no-loadscope-reorder``) the scheduler hands
-    out work in collection order: the two session lab machines' groups first (the longest,
-    mostly waiting on the machines), one per worker from the start; then the controller's
-    tests; then the groups of the other lab machines (their template and wheels warm by then).
-    A run without xdist keeps pytest's order."""
+    out work in collection order, the next unit to whichever worker runs dry: the two session
+    lab machines' groups first (the longest, mostly waiting on the machines), one per worker
+    from the start; then the other machines' groups (their template and wheels warm by then);
+    then the lab's machineless checks (the CUDA build's, minutes long: early, so they never
+    end the run alone); then the controller's tests, small units that even out the workers'
+    ends. A run without xdist keeps pytest's order."""
     if not hasattr(config, "workerinput"):  # only xdist's workers collect for the scheduler
         return
-    from tests.lab.labtools import SESSION_MACHINE_GROUPS, machine_group
+    from tests.lab.labtools import MACHINELESS, SESSION_MACHINE_GROUPS, machine_group
 
     def rank(item: pytest.Item) -> int:
         group = machine_group(item.nodeid)
-        return 1 if group is None else 0 if group in SESSION_MACHINE_GROUPS else 2
+        if group in SESSION_MACHINE_GROUPS:
+            return 0
+        if group is not None:
+            return 1
+        return 2 if item.nodeid.split("::", 1)[0] in MACHINELESS else 3
 
     items.sort(key=rank)  # stable: pytest's order inside each rank

@@ -68,8 +68,14 @@ def nspawn_argv(cfg: LabConfig) -> list[str]:
         argv.append(f"--bind={cfg.uv_cache_dir}:{UV_CACHE_MOUNT}")
     if cfg.netns:
         # a lab pair's machine: its own namespace (lab/pair.py), no DNS server in it (the names
-        # it needs are in its /etc/hosts: lab/rootfs.py)
-        argv += [f"--network-namespace-path=/run/netns/{cfg.netns}", "--resolv-conf=off"]
+        # it needs are in its /etc/hosts: lab/rootfs.py). CAP_NET_ADMIN for the rig's firewall
+        # (nft: "cache initialization failed: Operation not permitted" without it); nspawn keeps
+        # it for --private-network alone, and it reaches this namespace only
+        argv += [
+            f"--network-namespace-path=/run/netns/{cfg.netns}",
+            "--resolv-conf=off",
+            "--capability=CAP_NET_ADMIN",
+        ]
     return argv
 
 

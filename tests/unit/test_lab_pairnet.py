@@ -112,6 +112,8 @@ def test_nspawn_joins_the_namespace_only_for_a_pair_machine():
     argv = render.nspawn_argv(configs[0])
     assert "--network-namespace-path=/run/netns/rigs-a" in argv
     assert "--resolv-conf=off" in argv
+    assert "--capability=CAP_NET_ADMIN" in argv  # the rig's firewall (nft)
+    assert "--capability=CAP_NET_ADMIN" not in render.nspawn_argv(alone)
 
 
 def test_sshd_listens_on_the_pair_address():

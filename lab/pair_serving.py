@@ -9,9 +9,15 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from pathlib import Path
 
 from lab.config import LabError
 from lab.machine import LabMachine
+
+#: roles/vllm/api_checks.py: the API checks tests/infra runs against a rig (standard library
+#: only), pushed into the leader and run there
+API_CHECKS = Path(__file__).resolve().parents[1] / "roles" / "vllm" / "api_checks.py"
+API_CHECKS_DEST = "/var/lib/rigup-lab/api_checks.py"
 
 #: the supervisor's configuration on every rig of a cluster (roles/cluster): the API's URL,
 #: the served model's name and the root-only file holding VLLM_API_KEY
@@ -102,3 +108,32 @@ def decode_rate(leader: LabMachine, tokens: int = 64, timeout_s: float = 300) ->
         raise LabError(f"the timed completion failed: {got}")
     n = got["body"]["usage"]["completion_tokens"]
     return {"tokens": n, "seconds": got["seconds"], "tokens_per_s": round(n / got["seconds"], 2)}
+
+
+#: runs in the leader beside api_checks.py: the checks named in argv[2:] against the API the
+#: supervisor's configuration argv[1] names; prints api_checks.run_all's list as JSON
+RUN_CHECKS = """
+import json, sys
+sys.path.insert(0, "/var/lib/rigup-lab")
+import api_checks
+cfg = json.load(open(sys.argv[1]))
+key = None
+try:
+    for line in open(cfg["api_key_file"]):
+        name, _, value = line.partition("=")
+        if name.strip() == "VLLM_API_KEY":
+            key = value.strip().strip('"')
+except OSError:
+    pass
+api = api_checks.Api(cfg["completion_url"].rsplit("/v1/", 1)[0], cfg["model"], key, 300)
+print(json.dumps(api_checks.run_all([(n, lambda n=n: getattr(api_checks, n)(api)) for n in sys.argv[2:]])))
+"""
+
+
+def run_api_checks(leader: LabMachine, names: list[str]) -> list[dict]:
+    """roles/vllm/api_checks.py's checks ``names`` (``completion``, ``chat_reasoning_apart``,
+    ``tool_call``, ``stream``, ``metrics``...) against the leader's API, run in the leader:
+    ``[{"check", "ok", "seen" | "error"}]`` (``api_checks.run_all``)."""
+    leader.push(API_CHECKS, API_CHECKS_DEST)
+    command = shlex.join(["python3", "-c", RUN_CHECKS, WATCH_CONFIG, *names])
+    return json.loads(leader.ssh(command, timeout=900).stdout.strip().splitlines()[-1])

@@ -96,7 +96,7 @@ def converged(pair):
 
 
 def test_one_run_converges_both_rigs(pair, converged):
-    out = converged["run"].stdout
+    out = converged["run"].stdout + converged["run"].stderr  # pyinfra's progress: stderr
     for machine in pair.machines:
         assert f"[{machine.cfg.name}] Success" in out
     assert converged["ready"] < READY_S
@@ -239,7 +239,8 @@ def test_limit_reconverges_one_rig_only(pair, converged):
         m.ssh("rm /etc/rigup/cluster/watch.json")
     run = pyinfra("-y", INVENTORY, "deploys/cluster.py", "--limit", follower.cfg.name)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert f"[{leader.cfg.name}]" not in run.stdout
+    assert f"[{leader.cfg.name}]" not in run.stdout + run.stderr
+    assert f"[{follower.cfg.name}] Success" in run.stdout + run.stderr
     assert follower.ssh("test -f /etc/rigup/cluster/watch.json", check=False).returncode == 0
     assert leader.ssh("test -f /etc/rigup/cluster/watch.json", check=False).returncode != 0
     assert main_pid(leader, "vllm.service") == engine

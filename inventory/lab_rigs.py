@@ -10,9 +10,9 @@ Hugging Face-compatible server (lab/hub_lab.py), which runs in the leader and an
 address on the link. Only what the pair needs is converged (tests/lab/test_many_rigs.py):
 
     .venv/bin/pyinfra inventory/lab_rigs.py deploys/base.py deploys/vllm.py \\
-        deploys/cluster.py deploys/modes.py deploys/doctor.py
+        deploys/cluster.py deploys/modes.py
 
-no NVIDIA layer (no GPU; the single lab proves it), no VoxCPM2, no ComfyUI.
+no NVIDIA layer (no GPU; the single lab proves it), no VoxCPM2, no ComfyUI, no doctor.
 """
 
 from lab.hub_lab import hub_endpoint

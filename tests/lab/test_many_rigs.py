@@ -33,14 +33,11 @@ PAIR_ENV = {
     "RIGUP_LAB_STATE_DIR": os.environ.get("RIGUP_TEST_PAIR_STATE_DIR", ""),
 }
 INVENTORY = "inventory/lab_rigs.py"
-#: what the pair needs, in one run: no NVIDIA layer, VoxCPM2 or ComfyUI (inventory/lab_rigs.py)
-DEPLOYS = (
-    "deploys/base.py",
-    "deploys/vllm.py",
-    "deploys/cluster.py",
-    "deploys/modes.py",
-    "deploys/doctor.py",
-)
+#: what the pair needs, in one run: no NVIDIA layer, VoxCPM2 or ComfyUI (inventory/lab_rigs.py).
+#: Not deploys/doctor.py beside deploys/vllm.py: each places the LLM checkpoint's manifest as it
+#: was when the run began, so the second put the unlocked manifest back over the one the first
+#: placement locked, and the next run planned it again (deploys/full.py places it once)
+DEPLOYS = ("deploys/base.py", "deploys/vllm.py", "deploys/cluster.py", "deploys/modes.py")
 #: the supervisor acts within 15 + 2 × (5 + 15) = 55 s (inventory/lab_rigs.py), then the pair
 #: loads again (measured about 2 min on the lab's 2 shared cores): the stated bound for recovery
 RECOVERY_S = 420

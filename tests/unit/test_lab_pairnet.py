@@ -156,3 +156,10 @@ def test_relay_carries_a_connection_both_ways():
             back += chunk
     assert got == [b"hello rig" * 1000]
     assert back == b"HELLO RIG" * 1000
+
+
+def test_the_cli_names_the_pair_commands():
+    from lab import __main__ as cli
+
+    for command in ("pair-up", "pair-destroy"):
+        assert cli.build_parser().parse_args([command]).command == command

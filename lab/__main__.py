@@ -1,4 +1,5 @@
-"""Command line of the lab machine: ``python -m lab {up,stop,destroy,status,ssh,push,converge}``.
+"""Command line of the lab machine: ``python -m lab {up,stop,destroy,status,ssh,push,converge}``,
+and of the lab pair (lab/pair.py): ``python -m lab {pair-up,pair-destroy}``.
 
 Settings come from ``RIGUP_LAB_*`` environment variables (see :class:`lab.config.LabConfig`).
 Errors the user can act on print one paragraph and exit 2, without a traceback.
@@ -58,6 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
         "deploys/full.py, re-run it --dry --json (must plan 0 changes), run testinfra "
         "(tests/infra), switch to the LLM mode (vLLM serves) and verify it, print a summary; "
         "the machine keeps running",
+    )
+    sub.add_parser(
+        "pair-up",
+        help="the lab pair (lab/pair.py): its namespaces, bridge and relay, and both machines "
+        "SSH-ready (RIGUP_LAB_PAIR, default rigs; RIGUP_LAB_SSH_PORT: rig a's port, default 2301; "
+        "converge it with inventory/lab_rigs.py)",
+    )
+    sub.add_parser(
+        "pair-destroy",
+        help="stop and delete the lab pair's machines, relay and namespaces, also what an "
+        "interrupted run left",
     )
     return parser
 
@@ -130,6 +142,20 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     started = time.monotonic()
     try:
+        if args.command in ("pair-up", "pair-destroy"):
+            from lab.pair import LabPair
+
+            pair = LabPair()
+            if args.command == "pair-up":
+                pair.up()
+                for m in pair.machines:
+                    print(
+                        f"{m.cfg.name}: {m.cfg.address} on {pair.net.subnet}, ssh -i "
+                        f"{m.cfg.ssh_key} -p {m.cfg.ssh_port} root@127.0.0.1"
+                    )
+            else:
+                pair.destroy()
+            return 0
         cfg = LabConfig.from_env()
         machine = LabMachine(cfg)
         if args.command == "up":

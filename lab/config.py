@@ -129,6 +129,12 @@ class LabConfig:
         mirror: the suite's archive for debootstrap and apt (``RIGUP_LAB_MIRROR``; default: the
             suite's :attr:`Suite.mirror`).
         uv_cache: bind-mount ``<cache_dir>/uv`` at ``/var/cache/rigup/uv`` (``RIGUP_LAB_UV_CACHE``).
+        netns: "" (the default): the machine shares the controller's network and its sshd listens
+            on 127.0.0.1:<ssh_port>. Otherwise the network namespace (``/run/netns/<netns>``) it
+            boots in, made by :mod:`lab.pair`; its sshd listens on :attr:`address`, and the
+            controller's 127.0.0.1:<ssh_port> reaches it through the pair's relay.
+        address: the machine's address in ``netns`` (sshd's ListenAddress there).
+        extra_hosts: lines added to the machine's /etc/hosts (the pair's relayed archives).
     """
 
     name: str = DEFAULT_NAME
@@ -138,6 +144,9 @@ class LabConfig:
     suite: str = SUITE
     mirror: str = DEFAULT_MIRROR
     uv_cache: bool = True
+    netns: str = ""
+    address: str = ""
+    extra_hosts: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> LabConfig:

@@ -52,8 +52,9 @@ def hub_port(cfg) -> int:
 
 
 def hub_endpoint(cfg) -> str:
-    """What the lab's settings give ``hf_endpoint``."""
-    return f"http://127.0.0.1:{hub_port(cfg)}"
+    """What the lab's settings give ``hf_endpoint``: loopback, or the machine's address on a
+    lab pair's link (lab/pair.py: the follower reaches the hub in the leader there)."""
+    return f"http://{cfg.address or '127.0.0.1'}:{hub_port(cfg)}"
 
 
 def hub_models() -> dict[str, str]:
@@ -67,11 +68,15 @@ def hub_models() -> dict[str, str]:
     }
 
 
-def config_text(port: int) -> str:
-    """olah's configuration: loopback, offline, serving :data:`HUB_REPOS`."""
+def config_text(port: int, address: str = "") -> str:
+    """olah's configuration: offline, serving :data:`HUB_REPOS` on loopback, or with
+    ``address`` (a lab pair's leader: its address on the pair's link) on every address of the
+    machine, its links naming ``address``."""
+    host = "0.0.0.0" if address else "127.0.0.1"
+    netloc = f"{address or '127.0.0.1'}:{port}"
     return f"""# rigup lab: olah, offline, serving the lab's model repositories (lab/hub_lab.py)
 [basic]
-host = "127.0.0.1"
+host = "{host}"
 port = {port}
 repos-path = "/var/lib/rigup-lab-hub/repos"
 # no upstream: a closed loopback port, so that nothing (not even /api/whoami-v2, which olah
@@ -80,8 +85,8 @@ hf-scheme = "http"
 hf-netloc = "127.0.0.1:9"
 hf-lfs-netloc = "127.0.0.1:9"
 mirror-scheme = "http"
-mirror-netloc = "127.0.0.1:{port}"
-mirror-lfs-netloc = "127.0.0.1:{port}"
+mirror-netloc = "{netloc}"
+mirror-lfs-netloc = "{netloc}"
 mirrors-path = ["{HUB_REPOS}"]
 
 [accessibility]
@@ -112,9 +117,9 @@ WantedBy=multi-user.target
 """
 
 
-def install_script(port: int) -> str:
-    """Shell script (run as root in the lab) that installs and starts the server; the venv is
-    rebuilt only when the lock changed. Idempotent."""
+def install_script(port: int, address: str = "") -> str:
+    """Shell script (run as root in the lab) that installs and starts the server (``address``:
+    see :func:`config_text`); the venv is rebuilt only when the lock changed. Idempotent."""
     return f"""set -eu
 hub={HUB_DIR}
 want=$(sha256sum $hub/requirements-hub.lock | cut -d' ' -f1)
@@ -138,7 +143,7 @@ if [ "$(cat $hub/venv/.rigup-lab-lock.sha256 2>/dev/null)" != "$want" ]; then
     changed=1
 fi
 mkdir -p {HUB_REPOS}/models $(dirname {HUB_CONFIG})
-printf '%s' {shlex.quote(config_text(port))} > {HUB_CONFIG}.new
+printf '%s' {shlex.quote(config_text(port, address))} > {HUB_CONFIG}.new
 printf '%s' {shlex.quote(UNIT_TEXT)} > /etc/systemd/system/{HUB_UNIT}.new
 for f in {HUB_CONFIG} /etc/systemd/system/{HUB_UNIT}; do
     if cmp -s "$f.new" "$f"; then rm "$f.new"; else mv "$f.new" "$f"; changed=1; fi
@@ -189,7 +194,7 @@ def seed(machine: LabMachine) -> StepResult:
     machine.ssh(f"mkdir -p {HUB_DIR}")
     machine.push(LOCK, f"{HUB_DIR}/requirements-hub.lock")
     machine.push(BUILDER, f"{HUB_DIR}/hub_repo.py")
-    machine.ssh(install_script(port), timeout=900)
+    machine.ssh(install_script(port, machine.cfg.address), timeout=900)
     commits = {}
     for repo_id, src in hub_models().items():
         if machine.ssh(f"test -d {shlex.quote(src)}", check=False).returncode == 0:

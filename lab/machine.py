@@ -140,7 +140,8 @@ class LabMachine:
                 return
             check_tools()
             if pid is None:
-                if port_in_use(self.cfg.ssh_port):
+                # a pair's machine: its host port is the pair's relay's (lab/pair.py)
+                if not self.cfg.netns and port_in_use(self.cfg.ssh_port):
                     other = lab_machine_on_port(self.cfg.state_dir.parent, self.cfg.ssh_port)
                     holder = f"lab machine {other!r}" if other else port_holder(self.cfg.ssh_port)
                     raise LabError(port_taken_message(self.cfg, holder))

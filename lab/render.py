@@ -66,6 +66,16 @@ def nspawn_argv(cfg: LabConfig) -> list[str]:
     ]
     if cfg.uv_cache:
         argv.append(f"--bind={cfg.uv_cache_dir}:{UV_CACHE_MOUNT}")
+    if cfg.netns:
+        # a lab pair's machine: its own namespace (lab/pair.py), no DNS server in it (the names
+        # it needs are in its /etc/hosts: lab/rootfs.py). CAP_NET_ADMIN for the rig's firewall
+        # (nft: "cache initialization failed: Operation not permitted" without it); nspawn keeps
+        # it for --private-network alone, and it reaches this namespace only
+        argv += [
+            f"--network-namespace-path=/run/netns/{cfg.netns}",
+            "--resolv-conf=off",
+            "--capability=CAP_NET_ADMIN",
+        ]
     return argv
 
 
@@ -120,12 +130,13 @@ def known_hosts_text(port: int, pubkeys: Sequence[str], host: str = SSH_HOST) ->
     return "".join(sorted(lines, key=lambda line: order.get(line.split()[1], 9)))
 
 
-def sshd_dropin_text(port: int) -> str:
-    """Content of ``/etc/ssh/sshd_config.d/rigup-lab.conf``: listen on 127.0.0.1:port, keys only."""
+def sshd_dropin_text(port: int, address: str = SSH_HOST) -> str:
+    """Content of ``/etc/ssh/sshd_config.d/rigup-lab.conf``: listen on ``address``:port (127.0.0.1
+    by default; a lab pair's machine: its address on the pair's link), keys only."""
     return (
         "# written by rigup's lab machine (lab/rootfs.py); rewritten on every `up`\n"
         f"Port {port}\n"
-        f"ListenAddress {SSH_HOST}\n"
+        f"ListenAddress {address}\n"
         "PasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\n"
         "PermitRootLogin prohibit-password\n"
@@ -185,16 +196,16 @@ def dracut_foreign_kernel_text() -> str:
     )
 
 
-def ssh_socket_dropin_text(port: int) -> str:
+def ssh_socket_dropin_text(port: int, address: str = SSH_HOST) -> str:
     """Content of ``/etc/systemd/system/ssh.socket.d/rigup-lab.conf``: Ubuntu starts sshd from
     ``ssh.socket`` (0.0.0.0:22 and [::]:22 by default, the host's port 22 in a lab sharing the host
     network); the empty ``ListenStream=`` drops those, and any a generator derived, so the socket
-    listens on 127.0.0.1:port alone."""
+    listens on ``address``:port alone (127.0.0.1 by default)."""
     return (
         "# written by rigup's lab machine (lab/rootfs.py); rewritten on every `up`\n"
         "[Socket]\n"
         "ListenStream=\n"
-        f"ListenStream={SSH_HOST}:{port}\n"
+        f"ListenStream={address}:{port}\n"
     )
 
 
@@ -222,15 +233,16 @@ def dropin_port(text: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def hosts_text(name: str) -> str:
-    """Content of the container's ``/etc/hosts``: its hostname resolves (sudo wants that)."""
+def hosts_text(name: str, extra: str = "") -> str:
+    """Content of the container's ``/etc/hosts``: its hostname resolves (sudo wants that), then
+    ``extra`` lines (a lab pair's: its relayed archives and rigs, lab/pairnet.py)."""
     return (
         "127.0.0.1\tlocalhost\n"
         f"127.0.1.1\t{name}\n"
         "::1\tlocalhost ip6-localhost ip6-loopback\n"
         "ff02::1\tip6-allnodes\n"
         "ff02::2\tip6-allrouters\n"
-    )
+    ) + extra
 
 
 def debootstrap_failure_message(log_tail: str, target: Path, mirror: str) -> str:

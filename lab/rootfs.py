@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from lab.config import UBUNTU_SECURITY_MIRROR, LabConfig, LabError
+from lab.config import SSH_HOST, UBUNTU_SECURITY_MIRROR, LabConfig, LabError
 from lab.host import chroot, rmtree, run, tail
 from lab.keyring import ubuntu_keyring
 from lab.render import (
@@ -192,11 +192,12 @@ def configure(cfg: LabConfig, log: Log) -> None:
     # sshd: port and address
     dropin = sshd_dropin(cfg)
     dropin.parent.mkdir(parents=True, exist_ok=True)
-    dropin.write_text(sshd_dropin_text(cfg.ssh_port))
+    listen = cfg.address or SSH_HOST
+    dropin.write_text(sshd_dropin_text(cfg.ssh_port, listen))
     # a socket-activated sshd (Ubuntu's default) listens where ssh.socket says, not sshd_config
     socket_dropin = root / "etc" / "systemd" / "system" / "ssh.socket.d" / "rigup-lab.conf"
     socket_dropin.parent.mkdir(parents=True, exist_ok=True)
-    socket_dropin.write_text(ssh_socket_dropin_text(cfg.ssh_port))
+    socket_dropin.write_text(ssh_socket_dropin_text(cfg.ssh_port, listen))
     # Ubuntu's NVIDIA driver stack from the release pocket (lab/render.py says why)
     if cfg.suite_info.distro == "ubuntu":
         pin = root / NVIDIA_RELEASE_PIN.lstrip("/")
@@ -207,7 +208,14 @@ def configure(cfg: LabConfig, log: Log) -> None:
         dracut.write_text(dracut_foreign_kernel_text())
     # identity
     (root / "etc" / "hostname").write_text(f"{cfg.name}\n")
-    (root / "etc" / "hosts").write_text(hosts_text(cfg.name))
+    (root / "etc" / "hosts").write_text(hosts_text(cfg.name, cfg.extra_hosts))
+    if cfg.netns:
+        # no DNS server in a pair's namespace: an empty resolv.conf makes a lookup fail at once
+        # (the resolver's default, 127.0.0.1:53, refuses) instead of waiting for a timeout
+        resolv = root / "etc" / "resolv.conf"
+        if resolv.is_symlink() or resolv.exists():
+            resolv.unlink()
+        resolv.write_text("# lab pair: no DNS; names are in /etc/hosts (lab/pairnet.py)\n")
     machine_id = root / "etc" / "machine-id"
     if not machine_id.exists() or len(machine_id.read_text().strip()) != 32:
         machine_id.write_text(uuid.uuid4().hex + "\n")

@@ -39,6 +39,9 @@ RUNNING = ("active", "reloading")
 STARTING = ("activating",)
 #: /proc/net/tcp's st value of an established connection (include/net/tcp_states.h TCP_ESTABLISHED)
 ESTABLISHED = "01"
+#: two start times of vllm.service closer than this are the same start (``time.time() - since``
+#: varies by the check's own duration between checks, never by the seconds a restart takes)
+SAME_START_S = 3
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ def decide(
     threshold: int,
     grace_s: float,
     what: str,
+    had_session: bool = False,
 ) -> Decision:
     """The supervisor's decision for one check.
 
@@ -68,7 +72,12 @@ def decide(
     ``active_for_s``: seconds since it became active; ``healthy``: the probe's answer (None when
     not probed); ``failures``: failed checks in a row before this one; ``threshold``: failures
     that restart; ``grace_s``: how long a follower, active as soon as it runs, may wait for the
-    leader (the leader's start timeout); ``what``: the probe's words for the journal.
+    leader (the leader's start timeout); ``what``: the probe's words for the journal;
+    ``had_session``: a follower held its session to the leader since vllm.service last became
+    active. The grace covers only the wait for a first session: a follower that lost the one it
+    had (its leader died and came back with a new store it never joins) is failing, not waiting
+    (measured in the lab pair: a follower given the grace idled 13 minutes beside a restarted
+    leader that waited for it).
     """
     if active_state in STARTING:
         return Decision(
@@ -80,7 +89,7 @@ def decide(
         )
     if healthy:
         return Decision("ok", 0, f"{what}: ok")
-    if role == "follower" and active_for_s < grace_s:
+    if role == "follower" and active_for_s < grace_s and not had_session:
         return Decision(
             "wait",
             0,
@@ -220,6 +229,14 @@ def wait_ready(url: str, model: str, timeout_s: float, pid: int, pause_s: float 
     return 0
 
 
+def session_since(state: dict, started_at: float) -> bool:
+    """Whether the state file records a session to the leader seen during the start of
+    vllm.service that began at ``started_at`` (seconds since the epoch): ``session_start`` is
+    that start's time, written when the follower's probe passed."""
+    seen = state.get("session_start")
+    return seen is not None and abs(float(seen) - started_at) <= SAME_START_S
+
+
 def main(argv: list[str]) -> int:
     """``CONFIG``: one check, as the config file says; exit 0 (the decision is in the journal).
     ``--ready URL MODEL TIMEOUT_S PID``: :func:`wait_ready`."""
@@ -248,6 +265,12 @@ def main(argv: list[str]) -> int:
         else:
             what = f"session to the leader {cfg['leader']} ({cfg['leader_address']}:{cfg['master_port']})"
             healthy = session_alive(cfg["leader_address"], cfg["master_port"])
+    # when this start of vllm.service began (seconds since the epoch, to the check's precision):
+    # a session seen since then is remembered, and the follower's grace ends with it
+    started_at = round(time.time() - since)
+    had_session = session_since(state, started_at)
+    if healthy and cfg["role"] == "follower":
+        state["session_start"] = started_at
     else:
         what = "vllm.service"
     decision = decide(
@@ -259,6 +282,7 @@ def main(argv: list[str]) -> int:
         cfg["failures"],
         cfg["grace_s"],
         what,
+        had_session,
     )
     print(f"{cfg['rig']} ({cfg['role']}): {decision.reason}", flush=True)
     state.update(failures=decision.failures, last=decision.reason, checked=time.time())

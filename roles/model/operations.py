@@ -108,7 +108,8 @@ def write_lock(
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.with_name(f".{target.name}.writing"), "w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)  # hosts of one run write their locks in turn
-        if target.exists():
+        written = not target.exists()
+        if not written:
             other = target.read_text(encoding="utf-8")
             if _body(other) != _body(text):
                 theirs = re.search(r'^commit = "([0-9a-f]{40})"', other, re.MULTILINE)
@@ -121,13 +122,17 @@ def write_lock(
                     log_func=logger.error,
                 )
                 return False
-            return True
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(target)
+        else:
+            tmp = target.with_name(f".{target.name}.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(target)
+    # the locked manifest on this host too when another host of the run wrote the same lock:
+    # else the next run would put it there (a change on the second run)
     locked = load_manifest(manifest.source_file, str(target.parent))
     if not host.put_file(StringIO(manifest_json(locked)), manifest_file):
         return False
+    if not written:
+        return True
     total = sum(f["size"] for f in record["files"])
     line = (
         f"{target}: {manifest.repo_id} at {record['commit']} (ref {manifest.ref}), "

@@ -59,6 +59,27 @@ def test_the_decision_on_recorded_cases(role, state, since, healthy, before, act
     assert (decision.action, decision.failures) == (action, after), decision.reason
 
 
+def test_a_follower_that_lost_its_session_gets_no_grace():
+    """The leader died and came back with a new store: the follower, still in its grace since
+    its own start, had a session and lost it, so it fails and restarts to join the new store."""
+    waited = watch.decide("follower", "active", 30, False, 0, THRESHOLD, GRACE, "probe")
+    assert waited.action == "wait"
+    lost = [watch.decide("follower", "active", 30, False, 0, THRESHOLD, GRACE, "probe", True)]
+    while lost[-1].action == "fail":
+        lost.append(
+            watch.decide(
+                "follower", "active", 30, False, lost[-1].failures, THRESHOLD, GRACE, "p", True
+            )
+        )
+    assert [d.action for d in lost] == ["fail"] * (THRESHOLD - 1) + ["restart"]
+
+
+def test_the_session_is_remembered_for_one_start_only():
+    assert watch.session_since({"session_start": 1000}, 1001.4)
+    assert not watch.session_since({"session_start": 1000}, 1100)  # restarted since
+    assert not watch.session_since({}, 1000)
+
+
 def test_a_lone_failure_never_restarts():
     assert watch.decide("leader", "active", 100, False, 0, 1, GRACE, "p").action == "restart"
     assert watch.decide("leader", "active", 100, False, 0, 2, GRACE, "p").action == "fail"

@@ -31,6 +31,7 @@ MACHINE_GROUPS = {
     "tests/lab/test_scenario_doctor.py": "lab-machine",
     "tests/lab/test_scenario_models.py": "lab-machine-2",
     "tests/lab/test_scenario_truth.py": "lab-machine-2",
+    "tests/lab/test_many_rigs.py": "lab-pair",
     "tests/lab/test_lab_cgroups.py": "lab-cgroups",
 }
 MACHINELESS = {"tests/lab/test_cuda_build.py"}

@@ -25,7 +25,7 @@ from lab.pair import LabPair
 from lab.pair_serving import completion_ok, decode_rate, run_api_checks, wait_serving
 from tests.lab.labtools import LAB_MARKS, active, main_pid
 
-pytestmark = [*LAB_MARKS, pytest.mark.xdist_group("rigs")]
+pytestmark = LAB_MARKS
 
 PAIR_ENV = {
     "RIGUP_LAB_PAIR": os.environ.get("RIGUP_TEST_PAIR", "rigs"),

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lab.machine import LabMachine
+from lab.relay import pump
 from lab.render import known_hosts_text
 from lab.step import StepResult
 
@@ -59,14 +60,6 @@ def cut_port(cfg) -> int:
     return cfg.ssh_port + 35000
 
 
-def _pump(src: socket.socket, dst: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := src.recv(65536):
-            dst.sendall(data)
-    with contextlib.suppress(OSError):
-        dst.shutdown(socket.SHUT_WR)
-
-
 class _Bridge:
     """127.0.0.1:<port> on the controller -> the machine's unix socket, one pair of threads per
     connection."""
@@ -88,8 +81,8 @@ class _Bridge:
             except OSError:
                 tcp.close()
                 continue
-            threading.Thread(target=_pump, args=(tcp, unix), daemon=True).start()
-            threading.Thread(target=_pump, args=(unix, tcp), daemon=True).start()
+            threading.Thread(target=pump, args=(tcp, unix), daemon=True).start()
+            threading.Thread(target=pump, args=(unix, tcp), daemon=True).start()
 
     def close(self) -> None:
         self.server.close()

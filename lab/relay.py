@@ -64,7 +64,9 @@ def _setns(path: str) -> None:
         os.close(fd)
 
 
-def _pump(src: socket.socket, dst: socket.socket) -> None:
+def pump(src: socket.socket, dst: socket.socket) -> None:
+    """Copy ``src`` to ``dst`` until ``src`` ends, then end ``dst``'s sending side (one
+    direction of a relayed connection; OSError from either side ends the copy)."""
     with contextlib.suppress(OSError):
         while data := src.recv(65536):
             dst.sendall(data)
@@ -82,9 +84,9 @@ def _carry(client: socket.socket, route: Route) -> None:
         print(f"relay: {route.connect[0]}:{route.connect[1]}: {exc}", file=sys.stderr, flush=True)
         client.close()
         return
-    back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+    back = threading.Thread(target=pump, args=(upstream, client), daemon=True)
     back.start()
-    _pump(client, upstream)
+    pump(client, upstream)
     back.join()
     client.close()
     upstream.close()

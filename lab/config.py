@@ -4,7 +4,8 @@
 Layout on the host (all paths configurable, see :class:`LabConfig`)::
 
     <cache_dir>/templates/<suite>-<hash>/   debootstrapped template rootfs, shared by machines
-    <cache_dir>/uv/                          uv cache, bind-mounted at /var/cache/rigup/uv inside
+    <cache_dir>/uv/                          uv cache, shared with each machine's /var/cache/rigup/uv
+                                             as hard links (lab.uvshare)
     <state_dir>/rootfs/                      the machine's own copy of the template
     <state_dir>/ssh/id_ed25519{,.pub}        client key; root's authorized_keys inside
     <state_dir>/ssh/known_hosts              the container's host keys, for [127.0.0.1]:<port>
@@ -128,7 +129,9 @@ class LabConfig:
             default).
         mirror: the suite's archive for debootstrap and apt (``RIGUP_LAB_MIRROR``; default: the
             suite's :attr:`Suite.mirror`).
-        uv_cache: bind-mount ``<cache_dir>/uv`` at ``/var/cache/rigup/uv`` (``RIGUP_LAB_UV_CACHE``).
+        uv_cache: share ``<cache_dir>/uv`` with the machine's ``/var/cache/rigup/uv``
+            (``RIGUP_LAB_UV_CACHE``): hard links in and out (:mod:`lab.uvshare`), or a bind mount
+            where the state_dir is on another file system.
         netns: "" (the default): the machine shares the controller's network and its sshd listens
             on 127.0.0.1:<ssh_port>. Otherwise the network namespace (``/run/netns/<netns>``) it
             boots in, made by :mod:`lab.pair`; its sshd listens on :attr:`address`, and the
@@ -181,8 +184,8 @@ class LabConfig:
             uv_cache = False
         else:
             raise LabError(
-                f"RIGUP_LAB_UV_CACHE={uv_text!r} is not a boolean: use 1 to bind-mount the shared "
-                f"uv cache at {UV_CACHE_MOUNT} in the machine (the default) or 0 to leave it out."
+                f"RIGUP_LAB_UV_CACHE={uv_text!r} is not a boolean: use 1 to share the lab's uv "
+                f"cache with the machine's {UV_CACHE_MOUNT} (the default) or 0 to leave it out."
             )
         suite = env.get("RIGUP_LAB_SUITE", "") or SUITE
         if suite not in SUITES:
@@ -261,8 +264,13 @@ class LabConfig:
 
     @property
     def uv_cache_dir(self) -> Path:
-        """Host side of the uv cache bind mount (``<cache_dir>/uv``)."""
+        """The lab's shared uv cache on the host (``<cache_dir>/uv``)."""
         return self.cache_dir / "uv"
+
+    @property
+    def machine_uv_cache_dir(self) -> Path:
+        """The machine's own uv cache, seen from the host (in its rootfs)."""
+        return self.rootfs / UV_CACHE_MOUNT.lstrip("/")
 
 
 def template_key(suite: str, packages: Sequence[str]) -> str:

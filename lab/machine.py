@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from lab import cgroup
+from lab import cgroup, uvshare
 from lab.config import SSH_HOST, LabConfig, LabError
 from lab.host import (
     check_root,
@@ -149,6 +149,7 @@ class LabMachine:
                 ensure_rootfs(self.cfg, self.log)
                 ensure_key(self.cfg, self.log)
                 configure(self.cfg, self.log)
+                self._seed_uv_cache()
                 self._start()
             else:
                 running_port = dropin_port(
@@ -178,11 +179,39 @@ class LabMachine:
             fcntl.flock(fh, fcntl.LOCK_EX)
             yield
 
+    @property
+    def uv_cache_linked(self) -> bool:
+        """True if the machine's uv cache is its own directory linked to the lab's
+        (:mod:`lab.uvshare`: state_dir and cache on one file system), False if the lab's cache
+        is bind-mounted (or ``uv_cache`` is off)."""
+        cfg = self.cfg
+        return cfg.uv_cache and uvshare.same_filesystem(cfg.cache_dir, cfg.state_dir)
+
+    def _seed_uv_cache(self) -> None:
+        cfg = self.cfg
+        if not cfg.uv_cache:
+            return
+        cfg.uv_cache_dir.mkdir(parents=True, exist_ok=True)
+        if not self.uv_cache_linked:
+            self.log(f"uv cache: {cfg.uv_cache_dir} bind-mounted (another file system)")
+            return
+        started = time.monotonic()
+        done = uvshare.seed(cfg.uv_cache_dir, cfg.machine_uv_cache_dir)
+        self.log(f"uv cache seeded in {time.monotonic() - started:.1f} s: {done}")
+
+    def _harvest_uv_cache(self) -> None:
+        """What the stopped machine's uv downloaded goes back to the lab's cache."""
+        cfg = self.cfg
+        if not (self.uv_cache_linked and cfg.machine_uv_cache_dir.is_dir()):
+            return
+        started = time.monotonic()
+        done = uvshare.harvest(cfg.machine_uv_cache_dir, cfg.uv_cache_dir)
+        if done.archives or done.copied:
+            self.log(f"uv cache shared back in {time.monotonic() - started:.1f} s: {done}")
+
     def _start(self) -> None:
         cfg = self.cfg
-        if cfg.uv_cache:
-            cfg.uv_cache_dir.mkdir(parents=True, exist_ok=True)
-        argv = nspawn_argv(cfg)
+        argv = nspawn_argv(cfg, bind_uv_cache=cfg.uv_cache and not self.uv_cache_linked)
         group = cgroup.machine_cgroup(cfg, cgroup.require_cgroup2())
         cgroup.prepare(group)
         with open(cfg.nspawn_log, "w") as out:
@@ -369,6 +398,7 @@ class LabMachine:
 
         SIGTERM to systemd-nspawn, which passes SIGRTMIN+3 to the container's systemd for an
         orderly poweroff; after ``timeout`` seconds the container's init and nspawn are killed.
+        What the machine's uv downloaded then joins the lab's uv cache (:mod:`lab.uvshare`).
 
         Raises:
             LabError: not root, or the processes survived SIGKILL.
@@ -376,6 +406,7 @@ class LabMachine:
         check_root()
         with self._lock():
             self._stop(timeout)
+            self._harvest_uv_cache()
 
     def _stop(self, timeout: float) -> None:
         pid = self.nspawn_pid()
@@ -427,7 +458,8 @@ class LabMachine:
     def destroy(self) -> None:
         """Stop the machine and delete its state_dir (rootfs, keys, logs).
 
-        The template cache and the uv cache are kept, so the next ``up`` takes seconds.
+        The template cache and the uv cache are kept (what the machine's uv downloaded joins the
+        lab's cache first), so the next ``up`` takes seconds.
 
         Raises:
             LabError: not root, the state_dir is unsafe to delete (it contains the cache, or
@@ -437,6 +469,7 @@ class LabMachine:
         cfg = self.cfg
         with self._lock():
             self._stop(self.STOP_TIMEOUT)
+            self._harvest_uv_cache()
             state = cfg.state_dir.absolute()
             if not state.exists():
                 self.log(f"{cfg.name} is absent; nothing to remove")

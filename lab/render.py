@@ -44,8 +44,12 @@ def debootstrap_argv(
     return argv
 
 
-def nspawn_argv(cfg: LabConfig) -> list[str]:
+def nspawn_argv(cfg: LabConfig, *, bind_uv_cache: bool = False) -> list[str]:
     """The systemd-nspawn command line that boots the machine.
+
+    ``bind_uv_cache``: bind-mount the lab's uv cache at /var/cache/rigup/uv, for a state_dir on
+    another file system than the cache (otherwise the machine's cache is a directory of its own
+    root file system, linked to the lab's: :mod:`lab.uvshare`).
 
     ``--register=no --keep-unit`` because the host need not run systemd (no machined, no scope
     units); it is started in the machine's own cgroup with :data:`lab.cgroup.UNIFIED_ENV` (see
@@ -64,7 +68,7 @@ def nspawn_argv(cfg: LabConfig) -> list[str]:
         f"--hostname={cfg.name}",
         "--kill-signal=SIGRTMIN+3",
     ]
-    if cfg.uv_cache:
+    if cfg.uv_cache and bind_uv_cache:
         argv.append(f"--bind={cfg.uv_cache_dir}:{UV_CACHE_MOUNT}")
     if cfg.netns:
         # a lab pair's machine: its own namespace (lab/pair.py), no DNS server in it (the names

@@ -1,5 +1,7 @@
 """The lab machine the scenario's modules share: created once per test session (a fresh
-converge takes minutes), destroyed at its end; ``media`` puts it back in the media mode."""
+converge takes minutes), destroyed when the last test that uses it is done (the lab pair and the
+cgroup pair that may follow on the same worker need the disk and memory: a converged machine
+holds about 5 GiB and serves vLLM); ``media`` puts it back in the media mode."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ import pytest
 from lab import comfyui_lab, hub_lab, scenario, voxcpm_lab
 from lab.config import LabConfig
 from lab.machine import LabMachine
-from tests.lab.labtools import LAB_ENV, active
+from tests.lab.labtools import LAB_ENV, SESSION_MACHINE_GROUPS, active, machine_group
+
+#: the session's machine, once the ``lab`` fixture made it
+_SESSION_MACHINE: list[LabMachine] = []
 
 
 @pytest.fixture(scope="session")
@@ -19,6 +24,7 @@ def lab():
     os.environ.update(LAB_ENV)  # subprocesses (pyinfra, pytest tests/infra) see the same machine
     machine = LabMachine(LabConfig.from_env())
     machine.destroy()  # a leftover from an interrupted run must not leak state into this one
+    _SESSION_MACHINE.append(machine)
     try:
         machine.up()
         yield machine
@@ -50,3 +56,15 @@ def media(converged):
     converged.ssh("rigup-mode media")
     assert active(converged, "voxcpm.service") == "active"
     return converged
+
+
+def _uses_session_machine(item) -> bool:
+    return item is not None and machine_group(item.nodeid) in SESSION_MACHINE_GROUPS
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test on this worker that uses the session's machine (its groups run
+    first: tests/conftest.py), destroy it rather than keep it to the session's end."""
+    if _SESSION_MACHINE and _uses_session_machine(item) and not _uses_session_machine(nextitem):
+        _SESSION_MACHINE.pop().destroy()

@@ -170,14 +170,25 @@ def test_nspawn_argv(cfg: LabConfig):
         assert arg in argv
     assert f"--directory={cfg.rootfs}" in argv
     assert "--machine=unit-lab" in argv
-    assert f"--bind={cfg.cache_dir / 'uv'}:{UV_CACHE_MOUNT}" in argv
+    # the machine's uv cache is a directory of its rootfs, linked to the lab's (lab.uvshare)
+    assert not [a for a in argv if a.startswith("--bind")]
     # shares the host network: sshd must be reachable on host 127.0.0.1
     assert not [a for a in argv if a.startswith(("--network", "--private-network", "-n"))]
 
 
+def test_nspawn_argv_binds_the_uv_cache_from_another_file_system(cfg: LabConfig):
+    argv = render.nspawn_argv(cfg, bind_uv_cache=True)
+    assert f"--bind={cfg.cache_dir / 'uv'}:{UV_CACHE_MOUNT}" in argv
+
+
 def test_nspawn_argv_without_uv_cache(cfg: LabConfig):
-    argv = render.nspawn_argv(LabConfig(**{**cfg.__dict__, "uv_cache": False}))
+    argv = render.nspawn_argv(LabConfig(**{**cfg.__dict__, "uv_cache": False}), bind_uv_cache=True)
     assert not [a for a in argv if a.startswith("--bind")]
+
+
+def test_machine_uv_cache_is_in_its_rootfs(cfg: LabConfig):
+    assert cfg.machine_uv_cache_dir == cfg.rootfs / "var/cache/rigup/uv"
+    assert LabMachine(cfg).uv_cache_linked  # tmp_path: state and cache on one file system
 
 
 def test_ssh_argv_is_strict(cfg: LabConfig):

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from lab import comfyui_lab, hub_lab, voxcpm_lab
+from lab import comfyui_lab, hub_lab, uvshare, voxcpm_lab
 from lab.config import LabConfig, LabError
 from lab.machine import LabMachine
 from lab.render import ssh_argv
@@ -100,6 +100,7 @@ def converge(machine: LabMachine) -> int:
     else:
         skipped = "not run: the converge failed (its error is above)"
         steps += [StepResult(n, -1, 0.0, {"skipped": skipped}) for n in later]
+    uvshare.harvest_machine(machine.cfg, machine.log)  # the machine keeps running; its uv is idle
     print(scenario.format_summary(steps, machine))
     return 0 if all(s.ok for s in steps) else 1
 
@@ -129,6 +130,7 @@ def layers(machine: LabMachine) -> int:
         for step in steps:
             if not step.ok and not step.skipped:
                 print(step.detail.get("output") or step.detail.get("stderr", ""), file=sys.stderr)
+    uvshare.harvest_machine(machine.cfg, machine.log)
     print(scenario.format_summary(steps, machine, full=False))
     print(
         f"lab machine {machine.cfg.name}: {machine.cfg.suite_info.release}, {python}, vLLM {device}"

@@ -149,7 +149,7 @@ class LabMachine:
                 ensure_rootfs(self.cfg, self.log)
                 ensure_key(self.cfg, self.log)
                 configure(self.cfg, self.log)
-                self._seed_uv_cache()
+                uvshare.seed_machine(self.cfg, self.log)
                 self._start()
             else:
                 running_port = dropin_port(
@@ -182,32 +182,8 @@ class LabMachine:
     @property
     def uv_cache_linked(self) -> bool:
         """True if the machine's uv cache is its own directory linked to the lab's
-        (:mod:`lab.uvshare`: state_dir and cache on one file system), False if the lab's cache
-        is bind-mounted (or ``uv_cache`` is off)."""
-        cfg = self.cfg
-        return cfg.uv_cache and uvshare.same_filesystem(cfg.cache_dir, cfg.state_dir)
-
-    def _seed_uv_cache(self) -> None:
-        cfg = self.cfg
-        if not cfg.uv_cache:
-            return
-        cfg.uv_cache_dir.mkdir(parents=True, exist_ok=True)
-        if not self.uv_cache_linked:
-            self.log(f"uv cache: {cfg.uv_cache_dir} bind-mounted (another file system)")
-            return
-        started = time.monotonic()
-        done = uvshare.seed(cfg.uv_cache_dir, cfg.machine_uv_cache_dir)
-        self.log(f"uv cache seeded in {time.monotonic() - started:.1f} s: {done}")
-
-    def _harvest_uv_cache(self) -> None:
-        """What the stopped machine's uv downloaded goes back to the lab's cache."""
-        cfg = self.cfg
-        if not (self.uv_cache_linked and cfg.machine_uv_cache_dir.is_dir()):
-            return
-        started = time.monotonic()
-        done = uvshare.harvest(cfg.machine_uv_cache_dir, cfg.uv_cache_dir)
-        if done.archives or done.copied:
-            self.log(f"uv cache shared back in {time.monotonic() - started:.1f} s: {done}")
+        (:func:`lab.uvshare.linked`), False if the lab's is bind-mounted (or none is shared)."""
+        return uvshare.linked(self.cfg)
 
     def _start(self) -> None:
         cfg = self.cfg
@@ -406,7 +382,7 @@ class LabMachine:
         check_root()
         with self._lock():
             self._stop(timeout)
-            self._harvest_uv_cache()
+            uvshare.harvest_machine(self.cfg, self.log)
 
     def _stop(self, timeout: float) -> None:
         pid = self.nspawn_pid()
@@ -469,7 +445,7 @@ class LabMachine:
         cfg = self.cfg
         with self._lock():
             self._stop(self.STOP_TIMEOUT)
-            self._harvest_uv_cache()
+            uvshare.harvest_machine(self.cfg, self.log)
             state = cfg.state_dir.absolute()
             if not state.exists():
                 self.log(f"{cfg.name} is absent; nothing to remove")

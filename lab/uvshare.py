@@ -26,8 +26,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from lab.config import LabConfig
 
 #: uv's bucket of unpacked wheels, one directory per archive id (uv 0.13: ``archive-v0``)
 ARCHIVE_PREFIX = "archive-v"
@@ -210,3 +214,35 @@ def harvest(machine: Path, shared: Path) -> Shared:
         OSError: as :func:`seed`.
     """
     return _share(machine, shared, only_named=True)
+
+
+def linked(cfg: LabConfig) -> bool:
+    """True if ``cfg``'s machine gets a uv cache of its own linked to the lab's (``uv_cache`` on,
+    state_dir and cache_dir on one file system); False: the lab's cache is bind-mounted (another
+    file system) or not shared (``uv_cache`` off)."""
+    return cfg.uv_cache and same_filesystem(cfg.cache_dir, cfg.state_dir)
+
+
+def seed_machine(cfg: LabConfig, log: Callable[[str], None]) -> None:
+    """Before the machine boots: :func:`seed` its rootfs's uv cache from the lab's (or say that
+    the lab's is bind-mounted instead). Raises OSError as :func:`seed`."""
+    if not cfg.uv_cache:
+        return
+    cfg.uv_cache_dir.mkdir(parents=True, exist_ok=True)
+    if not linked(cfg):
+        log(f"uv cache: {cfg.uv_cache_dir} bind-mounted (another file system than the machine)")
+        return
+    started = time.monotonic()
+    done = seed(cfg.uv_cache_dir, cfg.machine_uv_cache_dir)
+    log(f"uv cache seeded in {time.monotonic() - started:.1f} s: {done}")
+
+
+def harvest_machine(cfg: LabConfig, log: Callable[[str], None]) -> None:
+    """:func:`harvest` what the machine's uv downloaded into the lab's cache: when it stopped,
+    or after a converge (no uv runs in it then). Raises OSError as :func:`seed`."""
+    if not (linked(cfg) and cfg.machine_uv_cache_dir.is_dir()):
+        return
+    started = time.monotonic()
+    done = harvest(cfg.machine_uv_cache_dir, cfg.uv_cache_dir)
+    if done.archives or done.copied:
+        log(f"uv cache shared back in {time.monotonic() - started:.1f} s: {done}")

@@ -121,3 +121,21 @@ def test_links_fail_loudly_across_file_systems(tmp_path: Path):
         import shutil
 
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_a_machine_is_seeded_before_boot_and_harvested_when_stopped(tmp_path: Path):
+    from lab.config import LabConfig
+
+    cfg = LabConfig.from_env(
+        {"RIGUP_LAB_STATE_DIR": str(tmp_path / "state"), "RIGUP_LAB_CACHE_DIR": str(tmp_path / "c")}
+    )
+    wheel(cfg.uv_cache_dir, "aaaaaaaaaaaaaaaa", "torch")
+    said: list[str] = []
+    uvshare.seed_machine(cfg, said.append)
+    assert (cfg.machine_uv_cache_dir / "archive-v0/aaaaaaaaaaaaaaaa/torch/__init__.py").exists()
+    wheel(cfg.machine_uv_cache_dir, "cccccccccccccccc", "vllm")  # what the converge downloaded
+    uvshare.harvest_machine(cfg, said.append)
+    assert (cfg.uv_cache_dir / "archive-v0/cccccccccccccccc/vllm/__init__.py").exists()
+    assert said[0].startswith("uv cache seeded in") and said[1].startswith("uv cache shared back")
+    off = LabConfig(**{**cfg.__dict__, "uv_cache": False})
+    assert not uvshare.linked(off)

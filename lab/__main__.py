@@ -61,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
         "the machine keeps running",
     )
     sub.add_parser(
+        "suite-workers",
+        help="print how many pytest-xdist workers the test suite's lab machines have disk for "
+        "(2 or 1; lab/diskplan.py); exit 2 naming the need when not even one fits",
+    )
+    sub.add_parser(
         "pair-up",
         help="the lab pair (lab/pair.py): its namespaces, bridge and relay, and both machines "
         "SSH-ready (RIGUP_LAB_PAIR, default rigs; RIGUP_LAB_SSH_PORT: rig a's port, default 2301; "
@@ -157,6 +162,13 @@ def main(argv: list[str] | None = None) -> int:
                     )
             else:
                 pair.destroy()
+            return 0
+        if args.command == "suite-workers":
+            from lab.diskplan import suite_plan
+
+            disk = suite_plan()
+            print(f"lab: {disk.why}", file=sys.stderr)
+            print(disk.workers)
             return 0
         cfg = LabConfig.from_env()
         machine = LabMachine(cfg)

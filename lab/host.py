@@ -232,6 +232,14 @@ def rmtree(path: Path, *, unmount: bool = False) -> None:
     shutil.rmtree(path)
 
 
+def nearest_existing(path: Path) -> Path:
+    """``path`` made absolute, or its nearest parent that exists (where it would be created)."""
+    path = path.absolute()
+    while not path.exists():
+        path = path.parent
+    return path
+
+
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     """Replace ``path`` with ``text`` (mode ``mode``) in one rename: readers never see half."""
     path.parent.mkdir(parents=True, exist_ok=True)

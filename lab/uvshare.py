@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.config import LabConfig
+from lab.host import nearest_existing
 
 #: uv's bucket of unpacked wheels, one directory per archive id (uv 0.13: ``archive-v0``)
 ARCHIVE_PREFIX = "archive-v"
@@ -67,14 +68,7 @@ class Shared:
 def same_filesystem(a: Path, b: Path) -> bool:
     """True if ``a`` and ``b`` (or their nearest existing parents) are on one file system, so
     that files can be hard-linked from one to the other."""
-    return _device(a) == _device(b)
-
-
-def _device(path: Path) -> int:
-    path = path.absolute()
-    while not path.exists():
-        path = path.parent
-    return path.stat().st_dev
+    return nearest_existing(a).stat().st_dev == nearest_existing(b).stat().st_dev
 
 
 def _is_archive(rel: Path) -> bool:

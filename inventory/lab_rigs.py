@@ -9,10 +9,11 @@ runs the API, rank 1 (rigs-b) ``--headless``. The checkpoint comes from the lab'
 Hugging Face-compatible server (lab/hub_lab.py), which runs in the leader and answers on its
 address on the link. Only what the pair needs is converged (tests/lab/test_many_rigs.py):
 
-    .venv/bin/pyinfra inventory/lab_rigs.py deploys/base.py deploys/vllm.py \\
+    .venv/bin/pyinfra inventory/lab_rigs.py deploys/base.py tests/lab/deploys/pair_llm.py \\
         deploys/cluster.py deploys/modes.py
 
-no NVIDIA layer (no GPU; the single lab proves it), no VoxCPM2, no ComfyUI, no doctor.
+(pair_llm.py: the checkpoint, vLLM and rigup-doctor); no NVIDIA layer (no GPU; the single lab
+proves it), no VoxCPM2, no ComfyUI.
 """
 
 from lab.hub_lab import hub_endpoint

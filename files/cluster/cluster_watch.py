@@ -237,20 +237,28 @@ def session_since(state: dict, started_at: float) -> bool:
     return seen is not None and abs(float(seen) - started_at) <= SAME_START_S
 
 
-def main(argv: list[str]) -> int:
-    """``CONFIG``: one check, as the config file says; exit 0 (the decision is in the journal).
-    ``--ready URL MODEL TIMEOUT_S PID``: :func:`wait_ready`."""
-    if argv[1:2] == ["--ready"]:
-        url, model, timeout_s, pid = argv[2:6]
-        return wait_ready(url, model, float(timeout_s), int(pid))
-    cfg = json.loads(Path(argv[1]).read_text())
+def restart_unit(unit: str) -> None:
+    """Restart ``unit`` without waiting for it (a broken leader takes 20-30 s to stop)."""
+    subprocess.run(["systemctl", "restart", "--no-block", unit], check=False)
+
+
+def check(cfg: dict, read_unit=unit_state, restart=restart_unit, now=time.time) -> Decision:
+    """One check as ``cfg`` (the configuration file's JSON) says: probe, decide, restart
+    vllm.service on ``restart``, and write the state file (``cfg["state_file"]``, JSON): the
+    failed checks in a row (``failures``), the last decision's line and its time (``last``,
+    ``checked``), and after a restart their count, its time and the line that caused it
+    (``restarts``, ``restarted``, ``why``); a follower also ``session_start`` (the start of
+    vllm.service during which it held a session to its leader). Times are seconds since the
+    epoch. ``read_unit``: :func:`unit_state`; ``restart``: :func:`restart_unit`; ``now``:
+    :func:`time.time` (the unit tests pass the systemd side)."""
     state_file = Path(cfg["state_file"])
     try:
         state = json.loads(state_file.read_text())
     except (OSError, ValueError):
         state = {}
-    active, since = unit_state(cfg["unit"])
+    active, since = read_unit(cfg["unit"])
     healthy = None
+    what = cfg["unit"]
     if active in RUNNING:
         if cfg["role"] == "leader":
             what = (
@@ -267,12 +275,10 @@ def main(argv: list[str]) -> int:
             healthy = session_alive(cfg["leader_address"], cfg["master_port"])
     # when this start of vllm.service began (seconds since the epoch, to the check's precision):
     # a session seen since then is remembered, and the follower's grace ends with it
-    started_at = round(time.time() - since)
+    started_at = round(now() - since)
     had_session = session_since(state, started_at)
     if healthy and cfg["role"] == "follower":
         state["session_start"] = started_at
-    else:
-        what = "vllm.service"
     decision = decide(
         cfg["role"],
         active,
@@ -285,13 +291,23 @@ def main(argv: list[str]) -> int:
         had_session,
     )
     print(f"{cfg['rig']} ({cfg['role']}): {decision.reason}", flush=True)
-    state.update(failures=decision.failures, last=decision.reason, checked=time.time())
+    state.update(failures=decision.failures, last=decision.reason, checked=now())
     if decision.action == "restart":
-        subprocess.run(["systemctl", "restart", "--no-block", cfg["unit"]], check=False)
+        restart(cfg["unit"])
         state.update(
-            restarts=int(state.get("restarts", 0)) + 1, restarted=time.time(), why=decision.reason
+            restarts=int(state.get("restarts", 0)) + 1, restarted=now(), why=decision.reason
         )
     state_file.write_text(json.dumps(state) + "\n")
+    return decision
+
+
+def main(argv: list[str]) -> int:
+    """``CONFIG``: one check, as the config file says (:func:`check`); exit 0 (the decision is
+    in the journal). ``--ready URL MODEL TIMEOUT_S PID``: :func:`wait_ready`."""
+    if argv[1:2] == ["--ready"]:
+        url, model, timeout_s, pid = argv[2:6]
+        return wait_ready(url, model, float(timeout_s), int(pid))
+    check(json.loads(Path(argv[1]).read_text()))
     return 0
 
 

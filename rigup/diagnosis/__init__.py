@@ -18,7 +18,8 @@ DKMS, mokutil and the driver state (the NVIDIA layer); vLLM's journal (why the e
 start or died: :func:`classify_vllm_log`), a window of vLLM's /metrics (prefix cache,
 speculative decoding, preemptions, KV cache: :func:`classify_metrics`), the GPUs' and NVLink's
 state, a systemd service's state (crash loops: :func:`classify_unit`), the media services'
-journals (:func:`classify_service_log`), free disk and a venv against its lock (rigup-doctor,
+journals (:func:`classify_service_log`), free disk and a venv against its lock, and a rig's part
+in a cluster of rigs (its supervisor and peers: :func:`classify_cluster`) (rigup-doctor,
 roles/doctor). A source's rows are read by :func:`classify_lines` (text) or
 :func:`classify_state` (structured state).
 
@@ -28,12 +29,13 @@ The modules: ``core`` (the types and the readers), one module per source of sign
 errors of native code, followed to their code path and setting), ``vllm_cuda`` (the CUDA
 engine's kernel failures at start), ``vllm_memory`` (memory, and when it ran out) and
 ``vllm_log`` (the rest, and :func:`classify_vllm_log`); ``media_log`` (ComfyUI's and
-VoxCPM2's journals); ``metrics``; ``gpus`` with NVLink; ``services``; ``disk`` with venvs);
+VoxCPM2's journals); ``metrics``; ``gpus`` with NVLink; ``services``; ``disk`` with venvs; ``cluster``);
 this package assembles the table.
 """
 
 from __future__ import annotations
 
+from .cluster import _CLUSTER, classify_cluster
 from .core import (
     FAIL,
     OK,
@@ -90,6 +92,7 @@ SIGNATURES: tuple[Signature, ...] = (
     *_UNIT_STATE,
     *_DISK,
     *_VENV,
+    *_CLUSTER,
 )
 
 __all__ = [
@@ -139,5 +142,6 @@ __all__ = [
     "classify_nvlink",
     "classify_unit",
     "DISK_FULL_GIB",
+    "classify_cluster",
     "SIGNATURES",
 ]

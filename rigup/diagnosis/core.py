@@ -28,6 +28,7 @@ SOURCES = (
     "unit-state",
     "disk",
     "venv",
+    "cluster",
 )
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

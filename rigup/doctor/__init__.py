@@ -12,11 +12,12 @@ rendered from the settings by roles/doctor/config.py). Commands go through a ``r
 
 The modules: ``core`` (the configuration, the runner, :class:`Section`), one module per
 section (``gpus`` for the driver, the GPUs and NVLink; ``services``; ``vllm_metrics``; ``disk``
-for free disk and the venvs), and ``summary`` (the whole diagnosis, its JSON and its text).
+for free disk and the venvs; ``cluster`` for a rig of a cluster of rigs), and ``summary`` (the whole diagnosis, its JSON and its text).
 """
 
 from __future__ import annotations
 
+from .cluster import boot_time, check_cluster, cluster_state, peer_words, read_watch_state
 from .core import (
     APPS_QUERY,
     CONFIG,
@@ -83,6 +84,11 @@ __all__ = [
     "drift_lines",
     "check_venvs",
     "out_of_reach",
+    "peer_words",
+    "cluster_state",
+    "boot_time",
+    "read_watch_state",
+    "check_cluster",
     "doctor",
     "report",
     "render",

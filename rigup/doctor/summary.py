@@ -9,6 +9,7 @@ from typing import Any
 
 from rigup import diagnosis
 
+from .cluster import check_cluster
 from .core import SECTIONS, Fetch, Runner, Section, fetch, run
 from .disk import check_disk, check_venvs
 from .gpus import check_driver, check_gpus, check_nvlink, holders_sentence
@@ -24,7 +25,8 @@ def doctor(
     only: tuple[str, ...] = SECTIONS,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[Section]:
-    """Every section of :data:`SECTIONS` in ``only``. The /metrics window starts first and the
+    """Every section of :data:`SECTIONS` in ``only`` (``cluster`` only where doctor.json has
+    one: a rig of a cluster of rigs). The /metrics window starts first and the
     other checks run inside it, so the whole diagnosis takes about the window."""
     window_s = cfg["doctor"]["window_s"] if window_s is None else window_s
     started = time.monotonic()
@@ -44,6 +46,8 @@ def doctor(
         services = check_services(cfg, runner, holders)
         if "services" in only:
             sections["services"] = services
+    if "cluster" in only and cfg.get("cluster"):
+        sections["cluster"] = check_cluster(cfg, runner)
     if "disk" in only:
         sections["disk"] = check_disk(cfg)
     if "venvs" in only:

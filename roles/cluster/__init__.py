@@ -13,6 +13,7 @@ made them.
 from __future__ import annotations
 
 import json
+import posixpath
 from io import StringIO
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from roles.cluster.firewall import TABLE, ruleset
 from roles.cluster.firewall import unit as firewall_unit
 from roles.cluster.inventory import this_member
 from roles.cluster.unit import FIREWALL_UNIT, watch_script
-from roles.cluster.watch import WATCH, watch_config, watch_units
+from roles.cluster.watch import WATCH, state_path, watch_config, watch_units
 from roles.common.placed import directory_placed, file_absent, file_placed, path_state, survey
 from roles.common.urls import is_loopback
 
@@ -39,7 +40,7 @@ def cluster(settings) -> None:
     member = this_member(settings)
     etc = f"{settings.get('rigup_etc_dir')}/cluster"
     nft_file = f"{etc}/firewall.nft"
-    state_dir = f"{settings.get('rigup_state_dir')}/cluster"
+    state_dir = posixpath.dirname(state_path(settings))
     script = watch_script(settings)
     config = f"{etc}/watch.json"
     units = (FIREWALL_UNIT, f"{WATCH}.timer", f"{WATCH}.service")
@@ -91,8 +92,7 @@ def cluster(settings) -> None:
     cfg = file_placed(
         name="Supervisor configuration",
         src=StringIO(
-            json.dumps(watch_config(settings, member, f"{state_dir}/watch-state.json"), indent=2)
-            + "\n"
+            json.dumps(watch_config(settings, member, state_path(settings)), indent=2) + "\n"
         ),
         dest=config,
         mode="600",

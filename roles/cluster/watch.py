@@ -22,6 +22,51 @@ def detection_bound_s(interval_s: int, failures: int, probe_timeout_s: int) -> i
     return probe_timeout_s + failures * (interval_s + probe_timeout_s)
 
 
+def state_path(settings: Any) -> str:
+    """Where rigup-cluster-watch keeps its state (JSON, files/cluster/cluster_watch.py
+    ``check``): ``<rigup_state_dir>/cluster/watch-state.json``, in a directory root's only."""
+    return f"{settings.get('rigup_state_dir')}/cluster/watch-state.json"
+
+
+def doctor_view(settings: Any, member: ClusterMember) -> dict:
+    """What rigup-doctor's cluster section reads of this rig's place in its cluster (the
+    ``cluster`` key of doctor.json, roles/doctor/config.py): the rig, its rank and role, the
+    cluster's name, its peers by inventory name and private address (``[{"name",
+    "address", "role"}]``, by rank), the supervisor's units and state file, and the bound on
+    the seconds from a peer's death to a restart (:func:`detection_bound_s`)."""
+    interval = settings.get("cluster_watch_interval_s")
+    failures = settings.get("cluster_watch_failures")
+    probe = settings.get("cluster_probe_timeout_s")
+    return {
+        "name": member.cluster,
+        "rig": member.name,
+        "rank": member.rank,
+        "role": "leader" if member.is_leader else "follower",
+        "nnodes": member.nnodes,
+        "address": member.address,
+        "leader": member.leader,
+        "master_addr": member.master_addr,
+        "master_port": member.master_port,
+        "peers": [
+            {
+                "name": name,
+                "address": address,
+                "role": "leader" if name == member.leader else "follower",
+            }
+            for name, address in member.peers
+        ],
+        "watch": {
+            "timer": f"{WATCH}.timer",
+            "service": f"{WATCH}.service",
+            "state_file": state_path(settings),
+            "interval_s": interval,
+            "failures": failures,
+            "probe_timeout_s": probe,
+            "detection_bound_s": detection_bound_s(interval, failures, probe),
+        },
+    }
+
+
 def watch_config(settings: Any, member: ClusterMember, state_file: str) -> dict:
     """What rigup-cluster-watch reads (JSON): the rig's role, what it probes and when it
     restarts. The API key is read on the host from vllm.service's root-only environment file,

@@ -2,7 +2,8 @@
 
 + ``rigup-doctor`` (read-only, seconds, ``--json``, exit 0 ok / 1 warn / 2 fail): driver, GPUs,
   Xid events, NVLink, each GPU mode's services and their journal, vLLM's /metrics over a window,
-  free disk, venvs against their locks; every verdict from rigup's diagnosis table
+  free disk, venvs against their locks, and on a rig of a cluster its supervisor and its peers
+  (the cluster section); every verdict from rigup's diagnosis table
   (rigup/diagnosis).
 + ``rigup-bench``: the seed's rows with vLLM's own ``vllm bench serve`` against vllm.service,
   /metrics deltas, GPU readings, a prefix-cache self-test, A/B arms through a temporary drop-in
@@ -28,6 +29,7 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.files import FindFiles
 
+from roles.cluster.inventory import this_member
 from roles.common.facts import AllowedCpus
 from roles.common.libraries import host_package
 from roles.common.operations import check_passes, fingerprint
@@ -91,7 +93,8 @@ def doctor(settings, llm: PlacedModel) -> None:
         link_placed(
             name=f"{LINK_DIR}/{name} on PATH", path=f"{LINK_DIR}/{name}", target=f"{dp.bin}/{name}"
         )
-    config = doctor_config(settings, llm.path, model_record(llm), cpus)
+    # a rig of a cluster: its place in it, for the cluster section (None when it serves alone)
+    config = doctor_config(settings, llm.path, model_record(llm), cpus, this_member(settings))
     file_placed(
         name="doctor.json (what the doctor, the benchmark and the report know of this host)",
         src=StringIO(json.dumps(config, indent=1) + "\n"),

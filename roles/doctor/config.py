@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from roles import services as registry
+from roles.cluster.member import ClusterMember
+from roles.cluster.watch import doctor_view
 from roles.common.footprint import MODES
 from roles.common.paths import Layout
 from roles.common.urls import local_probe_url
@@ -73,9 +75,12 @@ def _venv(paths: Any) -> dict[str, str]:
     return {"python": paths.python, "lock": paths.lock}
 
 
-def served(data: Any, model_dir: str, cpus: list[int]) -> list[str]:
-    """The arguments vllm.service runs with (``vllm serve`` ARGS): the vLLM role's."""
-    return served_args(data, model_dir, cpus)[0]
+def served(
+    data: Any, model_dir: str, cpus: list[int], member: ClusterMember | None = None
+) -> list[str]:
+    """The arguments vllm.service runs with (``vllm serve`` ARGS): the vLLM role's (with the
+    multi-node flags of ``member``'s cluster)."""
+    return served_args(data, model_dir, cpus, member)[0]
 
 
 def _flag(args: list[str], flag: str) -> str | None:
@@ -83,20 +88,27 @@ def _flag(args: list[str], flag: str) -> str | None:
 
 
 def doctor_config(
-    data: Any, model_dir: str, model: Mapping[str, str] | None = None, cpus: list[int] = ()
+    data: Any,
+    model_dir: str,
+    model: Mapping[str, str] | None = None,
+    cpus: list[int] = (),
+    member: ClusterMember | None = None,
 ) -> dict:
     """The content of ``doctor.json`` for a host whose LLM is placed at ``model_dir``
     (``model``: its manifest's name, revision and repository, for the report; ``cpus``: the
-    host's allowed CPUs, for the CPU build's arguments). What vLLM runs with is read from the
-    arguments it is served with (the CPU build leaves out the FP8 KV cache and MTP)."""
+    host's allowed CPUs, for the CPU build's arguments; ``member``: its place in a cluster of
+    rigs, roles/cluster/inventory.py ``this_member``, None when it serves alone). What vLLM
+    runs with is read from the arguments it is served with (the CPU build leaves out the FP8
+    KV cache and MTP). A rig of a cluster gets a ``cluster`` key (roles/cluster/watch.py
+    ``doctor_view``: rigup-doctor's cluster section); a rig alone has none."""
     layout = Layout.from_data(data)
-    args = served(data, model_dir, list(cpus))
+    args = served(data, model_dir, list(cpus), member)
     spec = _flag(args, "--speculative-config")
     vp = VllmPaths.from_data(data)
     dp = DoctorPaths.from_data(data)
     host, port = str(data.get("vllm_host")), data.get("vllm_port")
     services = mode_services(data)
-    return {
+    config = {
         "modes": {m: {"target": MODES[m], "services": services[m]} for m in MODES},
         "vllm": {
             "unit": "vllm.service",
@@ -160,6 +172,9 @@ def doctor_config(
             "rigup_start": f"{layout.bin}/rigup-start",
         },
     }
+    if member is not None:
+        config["cluster"] = doctor_view(data, member)
+    return config
 
 
 def _env_line(name: str, value: Any) -> str:

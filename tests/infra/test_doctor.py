@@ -80,7 +80,7 @@ def test_rigup_doctor_is_read_only_fast_and_names_every_fault(host):
     verdicts = [v for s in result["sections"] for v in s["verdicts"]]
     assert {v["id"] for v in verdicts} <= known | {"nvidia-smi-unrecognised"}
     assert [s["name"] for s in result["sections"]] == [
-        s for s in ("driver", "gpus", "nvlink", "services", "metrics", "disk", "venvs")
+        s for s in ("driver", "gpus", "nvlink", "services", "metrics", "cluster", "disk", "venvs")
         if s in {x["name"] for x in result["sections"]}
     ]  # fmt: skip
     failed = [

@@ -23,7 +23,7 @@ import pytest
 from lab import hub_lab, scenario
 from lab.pair import LabPair
 from lab.pair_serving import completion_ok, decode_rate, run_api_checks, wait_serving
-from tests.lab.labtools import LAB_MARKS, active, main_pid
+from tests.lab.labtools import LAB_MARKS, active, doctor, main_pid
 
 pytestmark = LAB_MARKS
 
@@ -33,11 +33,15 @@ PAIR_ENV = {
     "RIGUP_LAB_STATE_DIR": os.environ.get("RIGUP_TEST_PAIR_STATE_DIR", ""),
 }
 INVENTORY = "inventory/lab_rigs.py"
-#: what the pair needs, in one run: no NVIDIA layer, VoxCPM2 or ComfyUI (inventory/lab_rigs.py).
-#: Not deploys/doctor.py beside deploys/vllm.py: each places the LLM checkpoint's manifest as it
-#: was when the run began, so the second put the unlocked manifest back over the one the first
-#: placement locked, and the next run planned it again (deploys/full.py places it once)
-DEPLOYS = ("deploys/base.py", "deploys/vllm.py", "deploys/cluster.py", "deploys/modes.py")
+#: what the pair needs, in one run: no NVIDIA layer, VoxCPM2 or ComfyUI (inventory/lab_rigs.py);
+#: the LLM with vLLM and rigup-doctor in one deploy, which places the checkpoint once
+#: (tests/lab/deploys/pair_llm.py says why not deploys/vllm.py beside deploys/doctor.py)
+DEPLOYS = (
+    "deploys/base.py",
+    "tests/lab/deploys/pair_llm.py",
+    "deploys/cluster.py",
+    "deploys/modes.py",
+)
 #: the supervisor acts within 15 + 2 × (5 + 15) = 55 s (inventory/lab_rigs.py), then the pair
 #: loads again (measured about 2 min on the lab's 2 shared cores): the stated bound for recovery
 RECOVERY_S = 420
@@ -210,11 +214,37 @@ def _kill_and_recover(pair, victim) -> tuple[float, dict]:
     return seconds, {"before": before, "after": after}
 
 
+def _doctor_names_the_lost_peer(pair, survivor, victim, state: dict, probe: str) -> None:
+    """``rigup-doctor --only cluster`` on the rig whose supervisor restarted it (``state``: its
+    supervisor's state after the restart; ``probe``: how its ``why`` begins) names the rig that
+    died, by inventory name and private address, and why: the supervisor's line and what that
+    probe failing means. Seconds: it reads two units and a file."""
+    code, result, seconds = doctor(survivor, "cluster")
+    (section,) = result["sections"]
+    (verdict,) = section["verdicts"]
+    watch = section["facts"]["watch"]
+    print(f"\nrigup-doctor on {survivor.cfg.name} ({seconds:.1f} s): {verdict['what']}")
+    print(f"  why: {verdict['why']}")
+    role = "leader" if victim is pair.leader else "follower"
+    named = f"lost its peer the {role} {victim.cfg.name} ({victim.cfg.address})"
+    assert (code, verdict["id"]) == (1, "cluster/peer-lost"), verdict
+    assert named in verdict["what"], verdict
+    assert watch["restarts"] >= state["restarts"], (watch, state)
+    assert watch["why"].startswith(probe), watch
+    assert verdict["why"].startswith(f"{watch['why']}: "), verdict
+    assert f"on {victim.cfg.name}" in verdict["fix"], verdict
+
+
 def test_follower_killed_the_pair_serves_again(pair, converged):
     seconds, states = _kill_and_recover(pair, pair.follower)
     assert seconds < RECOVERY_S
     for m in pair.machines:
         assert active(m, "vllm.service") == "active"
+    # the leader's completions hung: its supervisor restarted it, and its doctor says why
+    leader = pair.leader.cfg.name
+    state = states["after"][leader]
+    assert state.get("restarts", 0) > states["before"][leader], state
+    _doctor_names_the_lost_peer(pair, pair.leader, pair.follower, state, "1-token completion from ")
 
 
 def test_leader_killed_the_pair_serves_again(pair, converged):
@@ -229,6 +259,8 @@ def test_leader_killed_the_pair_serves_again(pair, converged):
         "journalctl -u rigup-cluster-watch.service --no-pager -o cat -n 200"
     ).stdout
     assert f"{follower} (follower):" in journal, journal[-2000:]
+    probe = f"session to the leader {pair.leader.cfg.name} ({pair.leader.cfg.address}:"
+    _doctor_names_the_lost_peer(pair, pair.follower, pair.leader, state, probe)
 
 
 def test_limit_reconverges_one_rig_only(pair, converged):

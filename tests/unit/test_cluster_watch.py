@@ -5,25 +5,25 @@ bound on the time to a restart, and its two probes on live sockets."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
-import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from roles.cluster.watch import detection_bound_s
-from tests.conftest import REPO, load_group_data
+from tests.cluster_watch_runs import (
+    FIXTURE_DIR,
+    RUNS,
+    Completions,
+    comparable,
+    completions_server,
+    load_watch,
+)
+from tests.conftest import load_group_data
 
-SCRIPT = REPO / "files" / "cluster" / "cluster_watch.py"
-_spec = importlib.util.spec_from_file_location("cluster_watch", SCRIPT)
-watch = importlib.util.module_from_spec(_spec)
-sys.modules["cluster_watch"] = watch  # its dataclass looks its module up while it loads
-_spec.loader.exec_module(watch)
+watch = load_watch()
 
 SHIPPED = load_group_data()
 THRESHOLD = SHIPPED["cluster_watch_failures"]
@@ -150,64 +150,29 @@ def test_proc_net_tcp_addresses_decode():
 
 
 # ---- the leader's probe: a 1-token completion within the timeout, never /health --------------
-class _Vllm(BaseHTTPRequestHandler):
-    """Answers /v1/completions as vLLM 0.22.1 does (a completion object with ``choices``) after
-    ``delay`` seconds, and /health with 200, like the leader of a pair whose follower died when
-    ``delay`` is long."""
-
-    delay = 0.0
-    status = 200
-    seen: list = []
-
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).seen.append((self.path, body, self.headers.get("Authorization")))
-        time.sleep(self.delay)
-        payload = json.dumps({"object": "text_completion", "choices": [{"text": "2"}]}).encode()
-        try:
-            self.send_response(self.status)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(payload)
-        except OSError:
-            pass
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def server():
-    _Vllm.delay, _Vllm.status, _Vllm.seen = 0.0, 200, []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Vllm)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1/completions"
-    httpd.shutdown()
-    httpd.server_close()
+    with completions_server() as url:
+        yield url
 
 
 def test_a_completion_within_the_timeout_is_healthy(server):
     assert watch.completion_answers(server, "qwen3.6-27b", "sekrit", 5)
-    path, body, auth = _Vllm.seen[0]
+    path, body, auth = Completions.seen[0]
     assert (path, body["max_tokens"], body["model"], auth) == (
         "/v1/completions", 1, "qwen3.6-27b", "Bearer sekrit",
     )  # fmt: skip
 
 
 def test_a_hung_completion_is_not_healthy_though_health_answers(server):
-    _Vllm.delay = 2.0
+    Completions.delay = 2.0
     started = time.monotonic()
     assert not watch.completion_answers(server, "m", None, 0.5)
     assert time.monotonic() - started < 1.5
 
 
 def test_a_refused_completion_is_not_healthy(server):
-    _Vllm.status = 401
+    Completions.status = 401
     assert not watch.completion_answers(server, "m", None, 5)
     assert not watch.completion_answers("http://127.0.0.1:9/v1/completions", "m", None, 2)
 
@@ -223,7 +188,7 @@ def test_the_key_is_read_from_the_services_env_file(tmp_path):
 def test_ready_once_a_completion_answers(server, monkeypatch):
     monkeypatch.setenv("VLLM_API_KEY", "k")
     assert watch.wait_ready(server, "m", 5, os.getpid(), pause_s=0.01) == 0
-    assert _Vllm.seen[0][2] == "Bearer k"
+    assert Completions.seen[0][2] == "Bearer k"
 
 
 def test_not_ready_and_failing_once_the_server_is_gone():
@@ -231,3 +196,26 @@ def test_not_ready_and_failing_once_the_server_is_gone():
     started = time.monotonic()
     assert watch.wait_ready("http://127.0.0.1:9/v1/completions", "m", 1, 2**22 + 1, 0.01) == 1
     assert time.monotonic() - started < 10
+
+
+# ---- the state it writes (rigup-doctor's cluster section reads it) ---------------------------
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_the_state_files_are_what_the_supervisor_writes(name, tmp_path):
+    """tests/fixtures/cluster/ holds what the supervisor's own check wrote in each case
+    (tests/cluster_watch_runs.py); a change of what it writes shows here, and the fixtures are
+    written anew with ``python -m tests.cluster_watch_runs``."""
+    written = comparable(RUNS[name](watch, tmp_path))
+    assert written == json.loads((FIXTURE_DIR / f"{name}.json").read_text())
+
+
+def test_the_restart_names_the_probe_that_failed(tmp_path):
+    """The line kept as ``why`` names what failed: the leader's completion, or the follower's
+    session to its leader by name and address, never the unit alone."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    leader = RUNS["leader-lost-its-follower"](watch, tmp_path / "a")
+    follower = RUNS["follower-lost-its-leader"](watch, tmp_path / "b")
+    assert leader["why"].startswith("1-token completion from http://127.0.0.1:")
+    assert "within 1 s: failed 2 checks in a row: restarting vllm.service" in leader["why"]
+    assert follower["why"].startswith("session to the leader rig-a.local (127.0.0.1:")
+    assert (leader["restarts"], follower["restarts"]) == (1, 1)

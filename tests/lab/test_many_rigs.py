@@ -2,7 +2,10 @@
 namespace of its own on a bridge the lab makes (lab/pair.py), converged as one group in one run
 (inventory/lab_rigs.py), serve the tiny checkpoint with pipeline parallel 2 across them on
 vLLM's CPU build; the supervisor brings the pair back after either engine is killed; the
-firewall lets the master port in from the peer only.
+firewall lets the master port in from the peer only. Then the same two machines as two replica
+rigs behind vLLM's router (inventory/lab_replicas.py): the router answers with the key, from a
+rig and from the controller, keeps answering while one replica is stopped, and one rig's decode
+rate is printed beside the pair's.
 
 Its own pair of machines (``RIGUP_TEST_PAIR``, ``RIGUP_TEST_PAIR_SSH_PORT``,
 ``RIGUP_TEST_PAIR_STATE_DIR``), independent of the single lab's; the figures (seconds to ready,

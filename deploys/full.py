@@ -12,7 +12,7 @@ from roles.doctor import doctor
 from roles.model import model, model_store
 from roles.modes import modes
 from roles.nvidia import nvidia
-from roles.router import router
+from roles.router import replica_firewall, router
 from roles.settings import host_settings
 from roles.vllm import vllm
 from roles.voxcpm import voxcpm
@@ -21,6 +21,7 @@ settings = host_settings()  # every key checked (types, ranges, VRAM budget) bef
 base(settings)  # apt baseline, directories, pinned uv, the services' readiness wait
 gpu = nvidia(settings)  # driver + CUDA toolkit, persistence + power limit at boot, NVLink verified
 store = model_store(settings)  # the model tool (huggingface_hub, modelscope) and token files
+replica_firewall(settings)  # a replica rig: vLLM's port answers the router rigs only (before it)
 llm = model(settings, store)  # the LLM checkpoint, placed verified and set up for text-only serving
 vllm(settings, llm, gpu)  # vLLM 0.22.1 venv, flags and checkpoint checked by vLLM, vllm.service
 cluster(settings)  # many rigs: the cluster's firewall and supervisor (nothing on a rig alone)

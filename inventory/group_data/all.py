@@ -236,9 +236,14 @@ router_replica_startup_timeout_s = 120
 # The inventory group of replica rigs; each is reached at http://<router_replica_address or its
 # inventory name>:<its vllm_port>, so its vllm_host must not be loopback.
 router_replica_group = "replicas"
-# Set on a replica rig (its host data) when the router reaches it at another address than its
-# inventory name (a private interface); None = the inventory name.
+# A rig's address on the link between the router and its replicas (its host data): on a replica,
+# where the router reaches its vLLM (None = its inventory name); on the router rig, the IP
+# address its requests come from (the replicas' firewall lets it in).
 router_replica_address = None
+# On each replica rig whose vLLM listens beyond loopback: an nftables table (inet rigup_replica)
+# lets its vLLM port in from the router rigs' router_replica_address only, and drops the rest
+# (vLLM leaves /health and /metrics open without the key). False: another firewall does the job.
+router_replica_firewall = True
 # cache_aware: a prompt goes to the replica that saw its longest prefix (vLLM's prefix cache
 # reuses it), to the least loaded once loads drift apart (vllm-router's default); or
 # round_robin, power_of_two (least loaded of two at random), random.

@@ -81,15 +81,23 @@ table inet {TABLE} {{
 """
 
 
-def unit(nft_file: str) -> str:
-    """rigup-cluster-firewall.service: loads ``nft_file`` before the network comes up (ordered
-    like Debian's own nftables.service: DefaultDependencies=no, Before=network-pre.target) and
-    before vllm.service; stopping it deletes the table."""
+def unit(
+    nft_file: str,
+    table: str = TABLE,
+    what: str = "the cluster's firewall",
+    allowed: str = "peer rigs only",
+    role: str = "roles/cluster",
+) -> str:
+    """A oneshot unit that loads ``nft_file`` (nftables ``table inet <table>``) before the
+    network comes up (ordered like Debian's own nftables.service: DefaultDependencies=no,
+    Before=network-pre.target) and before vllm.service; stopping it deletes the table. The
+    defaults: rigup-cluster-firewall.service; ``what``, ``allowed`` and ``role`` (the role that
+    manages it) only word its description and header (roles/router/firewall.py's table too)."""
     return f"""\
-# Managed by rigup (roles/cluster). Change the inventory and re-run the deploy; edits here are
+# Managed by rigup ({role}). Change the inventory and re-run the deploy; edits here are
 # overwritten.
 [Unit]
-Description=rigup: the cluster's firewall (nftables table inet {TABLE}: peer rigs only)
+Description=rigup: {what} (nftables table inet {table}: {allowed})
 Documentation=man:nft(8)
 Wants=network-pre.target
 Before=network-pre.target shutdown.target vllm.service
@@ -104,7 +112,7 @@ ProtectSystem=full
 ProtectHome=true
 ExecStart=/usr/sbin/nft -f {nft_file}
 ExecReload=/usr/sbin/nft -f {nft_file}
-ExecStop=/usr/sbin/nft delete table inet {TABLE}
+ExecStop=/usr/sbin/nft delete table inet {table}
 
 [Install]
 WantedBy=sysinit.target

@@ -5,6 +5,7 @@ the router reaches it at ``http://<address>:<vllm_port>``, ``address`` being the
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -55,3 +56,34 @@ def replica_urls(
     if not urls and not problems:
         problems.append("router_replica_group: the group has no rig")
     return urls, problems
+
+
+def router_addresses(
+    replica: str, routers: Iterable[tuple[str, Mapping[str, Any] | Any]]
+) -> tuple[list[str], list[str]]:
+    """``([address, ...], [problem, ...])``: the addresses replica rig ``replica``'s firewall
+    (roles/router/firewall.py) lets its vLLM port in from, one per router rig of ``routers``
+    (``(inventory name, settings)`` of the rigs with ``router_enabled`` whose
+    ``router_replica_group`` holds ``replica``).
+
+    A router rig's address is its ``router_replica_address``, its IP address on the replicas'
+    link (the source of its requests; on a router rig that is a replica too, also where the
+    router reaches its own vLLM). A problem names the router rig and the key: an address that is
+    unset or no IP literal (nftables matches addresses, not names). Raises nothing: the caller
+    refuses the run with every problem at once.
+    """
+    addresses: list[str] = []
+    problems: list[str] = []
+    for name, data in routers:
+        address = data.get("router_replica_address")
+        try:
+            ipaddress.ip_address(address if isinstance(address, str) else "")
+        except ValueError:
+            problems.append(
+                f"{name}: router_replica_address: {address!r}; a router rig in front of a "
+                f"replica with router_replica_firewall ({replica}) needs its IP address on the "
+                "replicas' link (the source of its requests), e.g. '10.10.0.1'"
+            )
+            continue
+        addresses.append(address)
+    return addresses, problems

@@ -55,6 +55,8 @@ class RouterSettings(TypedSettings):
     )
     #: on a replica rig: the address the router reaches its vLLM at (None: its inventory name)
     router_replica_address: str | None = setting(host_address, optional=True)
+    #: on a replica rig: its vLLM port answers the router rigs only (roles/router/firewall.py)
+    router_replica_firewall: bool = setting(boolean)
     router_policy: str = setting(choice(POLICIES))
     router_health_check_interval_s: int = setting(integer(1, 3600))
     router_health_failure_threshold: int = setting(integer(1, 100))

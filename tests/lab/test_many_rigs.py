@@ -2,7 +2,10 @@
 namespace of its own on a bridge the lab makes (lab/pair.py), converged as one group in one run
 (inventory/lab_rigs.py), serve the tiny checkpoint with pipeline parallel 2 across them on
 vLLM's CPU build; the supervisor brings the pair back after either engine is killed; the
-firewall lets the master port in from the peer only.
+firewall lets the master port in from the peer only. Then the same two machines as two replica
+rigs behind vLLM's router (inventory/lab_replicas.py): the router answers with the key, from a
+rig and from the controller, keeps answering while one replica is stopped, and one rig's decode
+rate is printed beside the pair's.
 
 Its own pair of machines (``RIGUP_TEST_PAIR``, ``RIGUP_TEST_PAIR_SSH_PORT``,
 ``RIGUP_TEST_PAIR_STATE_DIR``), independent of the single lab's; the figures (seconds to ready,
@@ -11,9 +14,11 @@ to recover, tokens/s) are printed (``pytest -s``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
+import secrets
 import shlex
 import subprocess
 import time
@@ -22,7 +27,16 @@ import pytest
 
 from lab import hub_lab, scenario
 from lab.pair import LabPair
-from lab.pair_serving import completion_ok, decode_rate, run_api_checks, wait_serving
+from lab.pair_serving import (
+    Target,
+    answers,
+    api,
+    completion_ok,
+    decode_rate,
+    link_client,
+    run_api_checks,
+    wait_serving,
+)
 from tests.lab.labtools import LAB_MARKS, active, doctor, main_pid
 
 pytestmark = LAB_MARKS
@@ -48,18 +62,23 @@ RECOVERY_S = 420
 #: seconds from the converge's start to a first answer the pair may take (measured: below)
 READY_S = 900
 MASTER_PORT = 29501  # inventory/group_data/all.py vllm_master_port
+#: tokens of the timed greedy completion, the pair's and one rig's
+DECODE_TOKENS = 64
+#: the figures one test measures and a later one prints beside its own (the decode rates)
+FIGURES: dict[str, dict] = {}
 
 
 def _env() -> dict[str, str]:
     return {**os.environ, **{k: v for k, v in PAIR_ENV.items() if v}}
 
 
-def pyinfra(*args: str) -> subprocess.CompletedProcess:
-    """The pyinfra CLI against the pair (output captured)."""
+def pyinfra(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The pyinfra CLI against the pair (output captured), with ``env`` added to its
+    environment."""
     return subprocess.run(
         [str(scenario.BIN / "pyinfra"), *args],
         cwd=scenario.REPO,
-        env=_env(),
+        env={**_env(), **(env or {})},
         capture_output=True,
         text=True,
     )
@@ -282,6 +301,195 @@ def test_limit_reconverges_one_rig_only(pair, converged):
 def test_decode_rate_of_the_pair(pair, converged):
     """Tokens per second of one greedy completion across the two stages. On the lab's CPU this
     proves the cross-rig path carries every token, not speed (docs/many-rigs.md)."""
-    rate = decode_rate(pair.leader, tokens=64)
+    rate = decode_rate(pair.leader, tokens=DECODE_TOKENS)
     print(f"\npair (pipeline parallel 2, 1 core each): {rate}")
-    assert rate["tokens"] == 64
+    assert rate["tokens"] == DECODE_TOKENS
+    FIGURES["pair"] = rate
+
+
+# ---- the same two machines as two replica rigs behind vLLM's router ---------------------------
+# inventory/lab_replicas.py: each rig serves the tiny checkpoint alone (its own single-node CPU
+# engine, on the core it had in the pair), vllm-router on rig a in front of both (round robin).
+
+REPLICAS_INVENTORY = "inventory/lab_replicas.py"
+#: the pair's deploys and the router's (each replica's firewall, the router on rig a), in
+#: deploys/full.py's order: the router after the mode has started the replicas' vLLM; the
+#: cluster's deploy removes the pair's firewall and supervisor from rigs that now serve alone
+REPLICAS_DEPLOYS = (
+    "deploys/base.py",
+    "deploys/vllm.py",
+    "deploys/cluster.py",
+    "deploys/modes.py",
+    "deploys/router.py",
+)
+ROUTER_PORT = 8080  # inventory/group_data/all.py router_port
+VLLM_PORT = 8000  # lab/pair_inventory.py VLLM_PORT
+#: a stopped replica is out of the router's rotation within 2 failed checks 3 s apart, each
+#: waiting 2 s (inventory/lab_replicas.py): 8 s; with room for the 2 shared cores
+DROP_S = 20
+#: seconds of requests through the router while rig b's engine stops: before, during, after
+LOAD_S = 50
+ONE_TOKEN = {"prompt": "1", "max_tokens": 1}
+
+
+@pytest.fixture(scope="module")
+def replicas(pair, converged):
+    """After the pair's tests: the replicas' inventory converged in one pyinfra run (both rigs,
+    the API key made here and handed through the environment); returns the key, the router's
+    :class:`Target` and the run's seconds once the router answers."""
+    key = secrets.token_urlsafe(32)
+    started = time.monotonic()
+    run = pyinfra("-y", REPLICAS_INVENTORY, *REPLICAS_DEPLOYS, env={"VLLM_API_KEY": key})
+    seconds = time.monotonic() - started
+    print(run.stdout[-4000:], run.stderr[-4000:])
+    assert key not in run.stdout + run.stderr
+    if run.returncode != 0:  # the engine's root cause is above what pyinfra's tail shows
+        for machine in pair.machines:
+            errors = machine.ssh(
+                "journalctl -u vllm.service -o cat -n 2000 | grep -E 'Error|error|Killed' | tail -40",
+                check=False,
+            ).stdout
+            print(f"\n{machine.cfg.name}'s vllm.service errors:\n{errors}")
+    assert run.returncode == 0, "the replicas' converge failed; its output is above"
+    router = Target(f"http://{pair.leader.cfg.address}:{ROUTER_PORT}")
+    waited = 0.0
+    while not completion_ok(pair.leader, target=router):
+        waited = time.monotonic() - started - seconds
+        assert waited < READY_S, f"the router did not answer within {READY_S} s"
+        time.sleep(2)
+    print(
+        f"\nreplicas' converge of both rigs {seconds:.1f} s; router answered {waited:.1f} s later"
+    )
+    return {"key": key, "router": router, "seconds": seconds}
+
+
+def _served(machine) -> float:
+    """Requests the rig's own vLLM finished (``vllm:request_success_total`` of its /metrics,
+    which vLLM serves without the key), asked in the rig."""
+    probe = (
+        "import urllib.request\n"
+        f"url = 'http://{machine.cfg.address}:{VLLM_PORT}/metrics'\n"
+        "text = urllib.request.urlopen(url, timeout=10).read().decode()\n"
+        "print(sum(float(l.rsplit(' ', 1)[1]) for l in text.splitlines()\n"
+        "          if l.startswith('vllm:request_success_total')))\n"
+    )
+    return float(machine.ssh(shlex.join(["python3", "-c", probe])).stdout.strip())
+
+
+def test_replicas_converge_in_one_run(pair, replicas):
+    leader, follower = pair.leader, pair.follower
+    for machine in pair.machines:
+        unit = machine.ssh("systemctl cat vllm.service").stdout
+        assert "--nnodes" not in unit and "--headless" not in unit
+        assert f"--host {machine.cfg.address}" in unit
+        # the pair's supervisor and firewall are gone; the replica's firewall is loaded
+        assert active(machine, "rigup-cluster-watch.timer") != "active"
+        assert machine.ssh("nft list table inet rigup_cluster", check=False).returncode != 0
+        assert active(machine, "rigup-replica-firewall.service") == "active"
+    assert active(leader, "router.service") == "active"
+    assert active(follower, "router.service") != "active"
+    # the router's upstreams, derived from the inventory: both rigs on the link
+    argv = leader.ssh("systemctl cat router.service").stdout
+    for machine in pair.machines:
+        assert f"http://{machine.cfg.address}:{VLLM_PORT}" in argv
+
+
+def test_router_answers_chat_with_the_key_from_a_rig_and_the_controller(pair, replicas):
+    router, chat = (
+        replicas["router"],
+        {
+            "messages": [{"role": "user", "content": "Say hi."}],
+            "max_tokens": 8,
+        },
+    )
+    before = {m.cfg.name: _served(m) for m in pair.machines}
+    # from rig a, with the key from rig a's own key file
+    for _ in range(4):  # round robin: two each
+        got = api(pair.leader, "/v1/chat/completions", chat, 120, router)
+        assert got["status"] == 200 and got["body"]["choices"], got
+    # without the key: the replica's 401, through the router
+    keyless = dataclasses.replace(router, key_file=None)
+    assert api(pair.leader, "/v1/chat/completions", chat, 120, keyless)["status"] == 401
+    # from the controller's end of the bridge, the key in the client's environment
+    got = answers(
+        link_client(
+            pair.net.link_netns, keyless, "/v1/chat/completions", chat, 120, replicas["key"]
+        ),
+        180,
+    )[-1]
+    assert got["status"] == 200 and got["body"]["choices"], got
+    after = {m.cfg.name: _served(m) for m in pair.machines}
+    print(f"\nrequests each rig's vLLM served: {before} -> {after}")
+    assert all(after[n] >= before[n] + 2 for n in after), (before, after)
+
+
+def _dropped_on_vllm_port(machine) -> int:
+    """Packets the rig's replica firewall dropped on its vLLM port (nft's counter)."""
+    table = machine.ssh("nft list table inet rigup_replica").stdout
+    found = re.search(rf"tcp dport {VLLM_PORT} counter packets (\d+)", table)
+    assert found, table
+    return int(found.group(1))
+
+
+def test_replica_firewall_lets_the_router_rig_in_only(pair, replicas):
+    leader, follower = pair.leader.cfg, pair.follower.cfg
+    assert _connects(pair, leader.name, follower.address, VLLM_PORT)  # the router's rig
+    before = _dropped_on_vllm_port(pair.follower)
+    assert not _connects(pair, "link", follower.address, VLLM_PORT)  # no router
+    assert _dropped_on_vllm_port(pair.follower) > before
+    # rig b routes to no one: rig a's vLLM refuses it
+    assert not _connects(pair, follower.name, leader.address, VLLM_PORT)
+
+
+def test_decode_rate_of_one_rig(pair, replicas):
+    """Tokens per second of the same greedy completion as the pair's
+    (:func:`test_decode_rate_of_the_pair`) from rig a's own engine alone, on the core its stage
+    had in the pair. A benchmark line, not a timed assert: on the lab's shared CPU the ratio says
+    what the hop between the stages costs there, not what a GPU rig's would (docs/many-rigs.md)."""
+    one = decode_rate(
+        pair.leader,
+        tokens=DECODE_TOKENS,
+        target=Target(f"http://{pair.leader.cfg.address}:{VLLM_PORT}"),
+    )
+    assert one["tokens"] == DECODE_TOKENS
+    two = FIGURES.get("pair")
+    ratio = f"{two['tokens_per_s'] / one['tokens_per_s']:.2f}" if two else "n/a (pair not run)"
+    print(
+        f"\nBENCHMARK decode {DECODE_TOKENS} greedy tokens, 1 core per engine: pair "
+        f"{two['tokens_per_s'] if two else 'n/a'} tok/s, one rig {one['tokens_per_s']} tok/s, "
+        f"pair/one rig {ratio}"
+    )
+
+
+def test_router_keeps_answering_with_one_replica_stopped(pair, replicas):
+    router = dataclasses.replace(replicas["router"], key_file=None)
+    follower = pair.follower
+    load = link_client(
+        pair.net.link_netns, router, "/v1/completions", ONE_TOKEN, 10, replicas["key"], LOAD_S
+    )
+    time.sleep(8)  # requests through both replicas first
+    stopped = time.time()
+    follower.ssh("systemctl stop vllm.service", timeout=120)
+    stop_s = time.time() - stopped
+    results = answers(load, LOAD_S + 60)
+    before = [r for r in results if r["t"] < stopped]
+    after = [r for r in results if r["t"] >= stopped]
+    failed = [r for r in after if r["status"] != 200]
+    switch_s = max(r["t"] for r in failed) - stopped if failed else 0.0
+    settled = [r for r in after if r["t"] > stopped + stop_s + DROP_S]
+    print(
+        f"\nrouter failover: {len(before)} requests before rig b's stop ({stop_s:.1f} s), "
+        f"{len(after)} after, {len(failed)} failed, the last {switch_s:.1f} s after the stop: "
+        f"{[(r['status'], str(r['body'])[:120]) for r in failed][:5]}"
+    )
+    assert before and all(r["status"] == 200 for r in before), before
+    assert len(settled) >= 5, f"too few requests after the switch: {after}"
+    assert all(r["status"] == 200 for r in settled), settled
+    # started again: the router takes rig b back (round robin reaches it)
+    started = time.monotonic()
+    follower.ssh("systemctl start vllm.service", timeout=960)
+    served = _served(follower)
+    while _served(follower) <= served:
+        assert time.monotonic() - started < RECOVERY_S, "the router never sent to rig b again"
+        assert completion_ok(pair.leader, target=replicas["router"])
+    print(f"\nrig b started and served through the router after {time.monotonic() - started:.1f} s")

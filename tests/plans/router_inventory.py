@@ -2,7 +2,8 @@
 ``router`` with the router enabled, and the group ``replicas`` of two @fake rigs serving vLLM
 beyond loopback; each answers like the fresh_rig scenario (tests/plans/scenarios.py).
 RIGUP_ROUTER_PLAN picks a variant: ``ok``, ``loopback`` (rig-b's vLLM bound to 127.0.0.1),
-``no_group`` (router_replica_group names no group)."""
+``no_group`` (router_replica_group names no group), ``unaddressed`` (the router rig has no
+``router_replica_address``: the replicas' firewall cannot let it in)."""
 
 import os
 
@@ -19,6 +20,8 @@ routers = [
             **_fake,
             "router_enabled": True,
             "router_replica_group": "nowhere" if _variant == "no_group" else "replicas",
+            # the source of its requests on the replicas' link (their firewall lets it in)
+            "router_replica_address": None if _variant == "unaddressed" else "10.10.0.9",
         },
     )
 ]

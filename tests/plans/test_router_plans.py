@@ -57,6 +57,7 @@ def test_router_rig_plans_the_router_replicas_plan_nothing():
     [
         ("loopback", "@fake/rig-b: vllm_host: 127.0.0.1 is loopback"),
         ("no_group", "router_replica_group: no inventory group 'nowhere'"),
+        ("unaddressed", "@fake/router: router_replica_address: None; a router rig in front"),
     ],
 )
 def test_bad_replicas_are_refused_before_any_change(variant, message):
@@ -64,3 +65,19 @@ def test_bad_replicas_are_refused_before_any_change(variant, message):
     assert proc.returncode != 0
     assert message in proc.stderr + proc.stdout
     assert "Service user vllm-router" not in proc.stdout
+
+
+def test_each_replica_plans_its_firewall_the_router_rig_none():
+    proc = _plan("ok")
+    assert proc.returncode == 0, proc.stderr
+    on = {op["name"]: op for op in json.loads(proc.stdout)["plan"]}
+    replicas = ["@fake/rig-a", "@fake/rig-b"]  # the router rig is no replica: nothing to guard
+    prefix = "Replica firewall | "
+    for name in (
+        "Firewall table inet rigup_replica (vLLM port 8000: the router rigs only)",
+        "Unit rigup-replica-firewall.service",
+        "rigup-replica-firewall.service enabled and running",
+    ):
+        assert on[prefix + name]["hosts_with_change"] == replicas, on[prefix + name]
+    loaded = on[prefix + "rigup-replica-firewall.service enabled and loaded"]
+    assert loaded["hosts_with_conditional_change"] == replicas, loaded

@@ -40,6 +40,7 @@ def test_shipped_router_is_off_and_valid(settings):
         ("router_port", 70000),
         ("router_replica_group", "replica rigs"),
         ("router_replica_address", "10.0.0.2/24"),
+        ("router_replica_firewall", "on"),
         ("router_policy", "kv_aware"),
         ("router_health_check_interval_s", 0),
         ("router_health_check_timeout_s", 1.5),

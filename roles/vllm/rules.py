@@ -25,29 +25,6 @@ def tensor_parallel_fits_gpus(values: Mapping[str, Any]) -> list[str]:
     return []
 
 
-def cpu_binding_fits_ranks(values: Mapping[str, Any]) -> list[str]:
-    """On the CPU build, ``VLLM_CPU_OMP_THREADS_BIND`` in ``vllm_env`` (core lists separated by
-    ``|``, one per worker; ``auto`` and ``nobind`` are vLLM's own modes) names one list per
-    engine rank on this rig: tensor × pipeline parallel ÷ rigs (``vllm_nnodes``). vLLM asserts
-    it at the engine's start ("Given number of CPU id list ... doesn't match local world size":
-    vllm/utils/ompmultiprocessing.py, ``parallel_config.local_world_size``), after the converge
-    has restarted the service."""
-    bind = (values.get("vllm_env") or {}).get("VLLM_CPU_OMP_THREADS_BIND")
-    if values["vllm_device"] != "cpu" or not isinstance(bind, str) or bind in ("auto", "nobind"):
-        return []
-    tp, pp = values["vllm_tensor_parallel_size"], values.get("vllm_pipeline_parallel_size", 1)
-    ranks = tp * pp // max(values.get("vllm_nnodes", 1), 1)
-    lists = len(bind.split("|"))
-    if lists == ranks:
-        return []
-    return [
-        f"vllm_env: VLLM_CPU_OMP_THREADS_BIND {bind!r} names {lists} core list(s) and this rig "
-        f"runs {ranks} engine rank(s) (vllm_tensor_parallel_size {tp} × "
-        f"vllm_pipeline_parallel_size {pp} ÷ vllm_nnodes): give one list per rank, separated "
-        "by '|', or set vllm_tensor_parallel_size to match"
-    ]
-
-
 def _capability(value: str) -> tuple[int, int]:
     major, _, minor = value.partition(".")
     return int(major), int(minor or 0)
@@ -74,7 +51,6 @@ def gpu_capability(values: Mapping[str, Any]) -> list[str]:
 #: vLLM's rules spanning roles, in the order they report.
 RULES: tuple[RuleOver, ...] = (
     tensor_parallel_fits_gpus,
-    cpu_binding_fits_ranks,
     gpu_capability,
     kv_fit_problems,
     combinations.problems,

@@ -88,41 +88,6 @@ def test_tensor_parallel_must_fit_declared_gpus(settings):
     assert problems[1].startswith("VRAM budget: media mode oversubscribes GPU 0: 31.0 of 24 GiB")
 
 
-@pytest.mark.parametrize(
-    ("bind", "tp", "pp", "nnodes", "ok"),
-    [
-        ("1", 1, 1, 1, True),
-        ("0-3|4-7", 2, 1, 1, True),
-        ("auto", 2, 1, 1, True),
-        ("nobind", 2, 1, 1, True),
-        ("0", 1, 2, 2, True),  # one stage of a pipeline across two rigs
-        ("1", 2, 1, 1, False),  # measured in the lab: the engine refuses to start
-        ("0|1|2", 2, 1, 1, False),
-        ("0", 2, 2, 2, False),
-    ],
-)
-def test_cpu_core_lists_match_the_engine_ranks(settings, bind, tp, pp, nnodes, ok):
-    settings.update(
-        vllm_device="cpu",
-        nvidia_gpu_count=0,
-        vllm_env={"VLLM_CPU_OMP_THREADS_BIND": bind},
-        vllm_tensor_parallel_size=tp,
-    )
-    if nnodes > 1:
-        settings.update(
-            vllm_pipeline_parallel_size=pp,
-            vllm_nnodes=nnodes,
-            vllm_speculative_config=None,
-            cluster_name="c",
-            cluster_private_address="10.0.0.1",
-            cluster_private_ifname="lan0",
-        )
-    problems = [p for p in validate(settings) if "VLLM_CPU_OMP_THREADS_BIND" in p]
-    assert (problems == []) == ok, problems
-    if not ok:
-        assert problems[0].startswith("vllm_env: VLLM_CPU_OMP_THREADS_BIND"), problems
-
-
 def test_host_without_gpus_keeps_seed_tensor_parallel(settings):
     """The lab declares 0 GPUs: the service is installed, not started, so TP=2 stays valid."""
     settings["nvidia_gpu_count"] = 0

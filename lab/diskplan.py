@@ -25,13 +25,16 @@ from lab.host import nearest_existing
 
 GIB = 2**30
 
-#: The suite's peak disk use with an empty cache, in GiB, by number of workers: the cache and
-#: every lab directory of the run sampled every 30 s (``du``, each file counted once), on the
-#: cold fresh-clone run of 2026-12-02 (docs/lab.md "The suite on a fresh machine"), rounded up.
-COLD_PEAK_GIB = {2: 40.0, 1: 30.0}
-#: What the machines need beyond a fully warm cache (their root file systems, apt's packages,
-#: the venvs' few files that are not links into the cache), in GiB, by number of workers.
-WARM_FLOOR_GIB = {2: 14.0, 1: 10.0}
+#: The suite's peak disk use with an empty cache, in GiB, by number of workers. Two: measured,
+#: the cache and every lab directory of the run sampled every 30 s (``du``, each file counted
+#: once) on the cold fresh-clone run of 2026-12-02 09:02-09:54 UTC: 31,157 MiB at the peak (both
+#: session machines converged), rounded up. One: derived from the same run's parts, not
+#: measured alone: the cache with the CUDA venv's wheels (~19 GiB) and the pair (~7 GiB).
+COLD_PEAK_GIB = {2: 31.0, 1: 26.0}
+#: What the machines need beyond a fully warm cache, in GiB, by number of workers: a converged
+#: session machine's own files 4.2 GiB (rootfs, apt's packages; its venvs are links into the
+#: cache), a pair machine's about 3.5 GiB, measured on 2026-12-02.
+WARM_FLOOR_GIB = {2: 12.0, 1: 8.0}
 #: Kept free beyond the need: logs, pytest's temp files, the journal in each machine.
 MARGIN_GIB = 4.0
 

@@ -1,7 +1,7 @@
 """The lab machine the scenario's modules share: created once per test session (a fresh
 converge takes minutes), destroyed when the last test that uses it is done (the lab pair and the
 cgroup pair that may follow on the same worker need the disk and memory: a converged machine
-holds about 5 GiB and serves vLLM); ``media`` puts it back in the media mode."""
+holds about 4 GiB of its own and serves vLLM); ``media`` puts it back in the media mode."""
 
 from __future__ import annotations
 

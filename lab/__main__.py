@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def converge(machine: LabMachine) -> int:
-    """README's main job on the lab: the scenario without destroy. Returns 0 when all passed."""
+    """The main job on the lab (README's first command): the scenario without destroy. Returns 0 when all passed."""
     from lab import scenario, serving  # here, not above: they need numpy, tokenizers, openai
 
     started = time.monotonic()

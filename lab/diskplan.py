@@ -30,7 +30,11 @@ GIB = 2**30
 #: once) on the cold fresh-clone run of 2026-12-02 09:02-09:54 UTC: 31,157 MiB at the peak (both
 #: session machines converged), rounded up. One: derived from the same run's parts, not
 #: measured alone: the cache with the CUDA venv's wheels (~19 GiB) and the pair (~7 GiB).
-COLD_PEAK_GIB = {2: 31.0, 1: 26.0}
+#: ComfyUI in the lab (since 2026-12-03) adds what its venv shares with no other venv: 1.79 GB
+#: (1.7 GiB) of wheels, CPython 3.14's CUDA torch build above all (benchmarks/comfyui-venv.sh in
+#: the lab, docs/comfyui.md); each machine converging on a cold cache fetches its own copy.
+COMFYUI_COLD_GIB = 1.7
+COLD_PEAK_GIB = {2: 31.0 + 2 * COMFYUI_COLD_GIB, 1: 26.0 + COMFYUI_COLD_GIB}
 #: What the machines need beyond a fully warm cache, in GiB, by number of workers: a converged
 #: session machine's own files 4.2 GiB (rootfs, apt's packages; its venvs are links into the
 #: cache), a pair machine's about 3.5 GiB, measured on 2026-12-02.

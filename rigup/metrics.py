@@ -155,6 +155,31 @@ def acceptance(w: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+#: vLLM 0.22.1's own spec-decode log line (v1/spec_decode/metrics.py:101), one per stats interval
+#: (``VLLM_LOG_STATS_INTERVAL``, 10 s) in which drafts were made, counting that interval only
+_LOGGED_SPEC = re.compile(
+    r"SpecDecoding metrics: Mean acceptance length: (?P<mean>[\d.]+),.*?"
+    r"Accepted: (?P<accepted>\d+) tokens, Drafted: (?P<drafted>\d+) tokens"
+)
+
+
+def logged_acceptance(log: str) -> dict[str, Any] | None:
+    """MTP acceptance from the engine's log: its ``SpecDecoding metrics`` lines summed over the
+    run: ``{"rate", "draft_tokens", "accepted", "lines"}`` (rate a fraction). None when the log
+    has no such line: vLLM writes one only when a stats interval (10 s) ends with drafts made
+    in it, and none with ``--disable-log-stats``, so None says "not logged", not "no drafts"."""
+    rows = [(int(m["accepted"]), int(m["drafted"])) for m in _LOGGED_SPEC.finditer(log)]
+    if not rows:
+        return None
+    accepted, drafted = sum(a for a, _ in rows), sum(d for _, d in rows)
+    return {
+        "rate": accepted / drafted if drafted else None,
+        "draft_tokens": drafted,
+        "accepted": accepted,
+        "lines": len(rows),
+    }
+
+
 def prefix_cache(w: dict[str, Any]) -> dict[str, Any]:
     """Prefix cache over a window: ``{"queries", "hits", "rate"}`` (rate None without queries)."""
     queries, hits = w.get("queries") or 0, w.get("hits") or 0

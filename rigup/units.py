@@ -10,7 +10,9 @@ and in rigup-doctor's ``lib``. The parsers are pure; the two readers take a ``ru
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -31,7 +33,18 @@ PROPERTIES = (
     "RestartUSec",
     "DropInPaths",
     "ExecStart",
+    "PartOf",
+    "NeedDaemonReload",
+    "ExecMainStartTimestamp",
+    "FragmentPath",
+    "EnvironmentFiles",
+    "ReadWritePaths",
+    "WorkingDirectory",
 )
+#: properties systemctl show repeats, one line per value (kept as a list joined by newlines)
+_REPEATED = ("EnvironmentFiles",)
+#: a GPU mode's target (roles/modes): a service is PartOf= its mode's target
+_MODE_TARGET = re.compile(r"\brigup-([\w-]+)\.target\b")
 
 #: The units whose journal has a classifier of its own (the diagnosis library's sources).
 LOG_SOURCES = {
@@ -53,7 +66,8 @@ def run(argv: list[str], timeout: float = 30) -> tuple[int, str]:
 
 
 def show_argv(units: Iterable[str]) -> list[str]:
-    return ["systemctl", "show", *(f"-p{p}" for p in PROPERTIES), "--", *units]
+    """``systemctl show`` of :data:`PROPERTIES`, timestamps as seconds since the epoch."""
+    return ["systemctl", "show", "--timestamp=unix", *(f"-p{p}" for p in PROPERTIES), "--", *units]
 
 
 def parse_show(text: str) -> list[dict[str, str]]:
@@ -68,7 +82,9 @@ def parse_show(text: str) -> list[dict[str, str]]:
             current = {}
             continue
         key, sep, value = line.partition("=")
-        if sep and key not in current:  # ExecStart= may repeat; the first is the service's
+        if sep and key in _REPEATED and key in current:
+            current[key] += "\n" + value
+        elif sep and key not in current:  # ExecStart= may repeat; the first is the service's
             current[key] = value
     if current:
         units.append(current)
@@ -85,9 +101,16 @@ def _seconds(value: str) -> str:
 
 def unit_state(props: Mapping[str, str], **extra: Any) -> dict[str, Any]:
     """The state :func:`rigup.diagnosis.classify_unit` reads, from ``systemctl show``'s
-    properties (``extra``: ``mode``, ``mode_active``, ``arm``, ``dropin``)."""
+    properties (``extra``: ``mode``, ``mode_active``, ``arm``, ``dropin``); without ``mode``,
+    the GPU mode is read from the unit's ``PartOf=`` (``rigup-llm.target``: llm)."""
     restarts = props.get("NRestarts", "0")
+    target = _MODE_TARGET.search(props.get("PartOf", ""))
+    started = props.get("ExecMainStartTimestamp", "").lstrip("@")
     return {
+        "need_reload": props.get("NeedDaemonReload") == "yes",
+        "started": int(started) if started.isdigit() else None,
+        "inputs": unit_inputs(props),
+        "mode": target.group(1) if target else "",
         "unit": props.get("Id", ""),
         "load": props.get("LoadState", ""),
         "active": props.get("ActiveState", ""),
@@ -100,6 +123,43 @@ def unit_state(props: Mapping[str, str], **extra: Any) -> dict[str, Any]:
         "dropins": props.get("DropInPaths", "").split(),
         **extra,
     }
+
+
+def unit_inputs(props: Mapping[str, str]) -> list[str]:
+    """The files a unit's main process started with: its unit file and drop-ins, its
+    EnvironmentFile= files (``/etc/x.env (ignore_errors=yes)``, one per line) and the absolute
+    paths in its ExecStart= argv (the program, an arguments file). An argv path inside what the
+    service itself writes (its ReadWritePaths= and WorkingDirectory=: ComfyUI's
+    ``--base-directory``, whose time changes with every output) is its output, not an input."""
+    paths = [props.get("FragmentPath", ""), *props.get("DropInPaths", "").split()]
+    for line in props.get("EnvironmentFiles", "").splitlines():
+        paths.append(line.split(" (ignore_errors=", 1)[0].strip())
+    writes = [
+        w.lstrip("-+").rstrip("/")
+        for w in [*props.get("ReadWritePaths", "").split(), props.get("WorkingDirectory", "")]
+        if w.lstrip("-+").startswith("/")
+    ]
+    argv = re.search(r"argv\[\]=(.*?) ; ", props.get("ExecStart", ""))
+    if argv:
+        paths += [
+            w
+            for w in argv.group(1).split()
+            if w.startswith("/") and not any(w == d or w.startswith(d + "/") for d in writes)
+        ]
+    return list(dict.fromkeys(p for p in paths if p.startswith("/")))
+
+
+def changed_since(stat_out: str, started: int | None) -> list[str]:
+    """The paths of ``stat -L -c '%Y %n' PATHS...`` modified after ``started`` (seconds since
+    the epoch); files that do not exist are skipped (an optional EnvironmentFile=-)."""
+    if started is None:
+        return []
+    changed = []
+    for line in stat_out.splitlines():
+        stamp, _, path = line.partition(" ")
+        if stamp.isdigit() and path.startswith("/") and int(stamp) > started:
+            changed.append(path)
+    return changed
 
 
 def journal_argv(unit: str, lines: int = 400) -> list[str]:
@@ -208,13 +268,22 @@ def run_times(text: str) -> dict[str, tuple[float, float]]:
 
 
 #: Verdicts of a unit's journal that leave the cause to the kernel log (a process killed by a
-#: signal or the OOM killer writes no error of its own).
-SILENT_DEATHS = ("vllm-worker-died", "vllm-engine-failed")
+#: signal or the OOM killer writes no error of its own; systemd's own lines say only how it ended).
+SILENT_DEATHS = (
+    "vllm-worker-died",
+    "vllm-engine-failed",
+    "unit-oom",
+    "unit-signal/killed",
+    "unit-signal/crash",
+)
 #: What the kernel log can add to them.
 KERNEL_CAUSES = ("process-trap", "oom-kill")
+#: The deaths a CPU trap of the kernel log can explain (not a kill from outside).
+TRAP_DEATHS = ("vllm-worker-died", "vllm-engine-failed", "unit-signal/crash")
 #: Verdicts of a failure in native GPU code, whose cause may be the GPU itself: the kernel
 #: log's Xid events and GPU resets are added to them.
 NATIVE_FAILURES = ("vllm-native/cuda-check", "vllm-cuda-crash")
+_KILLED_PID = re.compile(r"Killed process (\d+) ")
 
 
 def _gpu_event(v: diagnosis.Verdict) -> bool:
@@ -241,36 +310,119 @@ def kernel_argv(lines: int = 300, window: tuple[float, float] | None = None) -> 
     return argv
 
 
+#: What a write that found its file system full explains: the errors that follow from it in the
+#: same journal (a C++ compile error of torch.compile reads as an engine that failed to start).
+NO_SPACE_EXPLAINS = ("vllm-engine-failed", "vllm-worker-died", "vllm-arch-inspect")
+
+
+def _journal_verdicts(
+    source: str | None, lines: list[str], df: Mapping[str, Any] | None = None, **fields: Any
+) -> list:
+    """What a run's journal lines say: a write that found its file system full (any unit:
+    ENOSPC is THE cause, first, and the deaths it explains are left out; ``df``: that path's
+    file system now), the service's own signatures (vLLM, ComfyUI, VoxCPM2) and systemd's lines
+    about the unit (any unit)."""
+    text = "\n".join(lines)
+    if source == "vllm-log":
+        logged = diagnosis.classify_vllm_log(text, **fields)
+    else:
+        logged = diagnosis.classify_service_log(source, text) if source else []
+    full = diagnosis.classify_no_space(text, df)
+    if full:
+        logged = [v for v in logged if v.id not in NO_SPACE_EXPLAINS]
+    return full + logged + diagnosis.classify_unit_log(text)
+
+
+def _kernel_causes(
+    logged: list[diagnosis.Verdict], kernel: list[str], unit: str
+) -> list[diagnosis.Verdict]:
+    """The kernel's account of a death the journal only reports: a CPU trap, or an OOM kill of
+    this unit (one the kernel's line gives to another unit is not this one's); after a CUDA
+    error in native code the Xid events and GPU resets too."""
+    if not kernel or not any(v.id in SILENT_DEATHS + NATIVE_FAILURES for v in logged):
+        return []
+    text = "\n".join(kernel)
+    owners = diagnosis.oom_units(text)
+    native = any(v.id in NATIVE_FAILURES for v in logged)
+
+    def ours(v: diagnosis.Verdict) -> bool:
+        if v.id != "oom-kill":
+            return True
+        pids = [m.group(1) for line in v.evidence for m in [_KILLED_PID.search(line)] if m]
+        return any(owners.get(pid) in (None, unit) for pid in pids)
+
+    # a CPU trap explains a process that died on its own, not one killed from outside
+    trapped = any(v.id in TRAP_DEATHS for v in logged)
+    return [
+        v
+        for v in diagnosis.classify_kernel_log(text)
+        if (v.id == "oom-kill" and ours(v))
+        or (v.id == "process-trap" and trapped)
+        or (native and _gpu_event(v))
+    ]
+
+
+def _when(epoch: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch)) if epoch else "earlier"
+
+
+def _history(verdicts: list[diagnosis.Verdict], unit: str, ended: str) -> list:
+    """An earlier run's failures, for a unit that runs again: warnings with the time that run
+    ended (the failure is past; the service serves now)."""
+    return [
+        diagnosis.Verdict(
+            **{
+                **v.__dict__,
+                "severity": diagnosis.WARN,
+                "what": f"{v.what} (an earlier run, ended {ended}; {unit} runs again since)",
+            }
+        )
+        for v in verdicts
+        if v.severity != diagnosis.OK
+    ]
+
+
 def explain(
     state: Mapping[str, Any],
     journal: list[str],
     kernel: list[str] | None = None,
     **fields: Any,
 ) -> list[diagnosis.Verdict]:
-    """The unit's verdict and, for a unit with a journal classifier (:data:`LOG_SOURCES`:
-    vLLM, ComfyUI, VoxCPM2), what its journal says (a running unit whose current run logged a
-    failure is not "up": ComfyUI stays up after a workflow ran out of memory); a unit that is not up and whose journal nothing recognises gets its last lines as
-    evidence. When the journal says only that a process died, ``kernel`` (this boot's kernel
-    messages) may say how: a CPU trap or the OOM killer; after a CUDA error in native code, this
-    boot's Xid events and GPU resets are added (the GPU itself may be the cause)."""
-    source = LOG_SOURCES.get(str(state.get("unit")))
-    text = "\n".join(journal)
-    if source == "vllm-log":
-        logged = diagnosis.classify_vllm_log(text, **fields)
-    else:
-        logged = diagnosis.classify_service_log(source, text) if source else []
+    """The unit's verdict and what its journal says: the service's own signatures for a unit
+    with a journal classifier (:data:`LOG_SOURCES`: vLLM, ComfyUI, VoxCPM2; a running unit
+    whose current run logged a failure is not "up": ComfyUI stays up after a failed job) and
+    systemd's lines about any unit (the OOM killer, a signal). A unit that is not up and whose
+    journal nothing recognises gets its last lines as evidence. When the journal says only that
+    a process died, ``kernel`` (this boot's kernel messages) may say how: a CPU trap or an OOM
+    kill of this unit; after a CUDA error in native code, this boot's Xid events and GPU
+    resets are added (the GPU itself may be the cause). A running unit's earlier runs
+    (``state["history_lines"]``, the first lines of ``journal``, ended at
+    ``state["history_end"]``) are history: their failures are warnings with that time. A write
+    that found its file system full (ENOSPC, in any run explained) comes first, before the unit's
+    own verdict: it is the cause (``state["no_space_df"]``: that file system's ``df`` now,
+    :func:`read_unit`)."""
+    unit = str(state.get("unit") or "")
+    source = LOG_SOURCES.get(unit)
+    running = (state.get("active"), state.get("sub")) == ("active", "running")
+    split = int(state.get("history_lines") or 0) if running else 0
+    df = state.get("no_space_df")
+    logged = _journal_verdicts(source, journal[split:], df, **fields)
+    past = _journal_verdicts(source, journal[:split], df, **fields) if split else []
     failing = any(v.severity == diagnosis.FAIL for v in logged)
-    verdicts = diagnosis.classify_unit({**state, "logged_failure": failing})
-    if kernel and any(v.id in SILENT_DEATHS + NATIVE_FAILURES for v in logged):
-        native = any(v.id in NATIVE_FAILURES for v in logged)
-        logged += [
-            v
-            for v in diagnosis.classify_kernel_log("\n".join(kernel))
-            if v.id in KERNEL_CAUSES or (native and _gpu_event(v))
-        ]
+    ended = _when(state.get("history_end"))
+    verdicts = diagnosis.classify_unit(
+        {**state, "logged_failure": failing, "ended": ended if split else ""}
+    )
+    if kernel:
+        for found in (past, logged):
+            found += _kernel_causes(found, kernel, unit)
+    for found in (past, logged):  # the kernel named the OOM kill: systemd's SIGKILL is its
+        if any(v.kind in ("oom-kill", "unit-oom") for v in found):
+            found[:] = [v for v in found if v.id != "unit-signal/killed"]
     up = any(v.id in ("service/up", "service/up-failing") for v in verdicts)
     if up:  # a running service: only what is wrong now counts (not start-up notes)
         logged = [v for v in logged if v.severity != diagnosis.OK]
+    logged = _history(past, unit, ended) + logged
     if not up and not any(v.severity == diagnosis.FAIL for v in logged):
         tail = tuple(line for line in journal[-8:] if line.strip())
         verdicts = [
@@ -279,7 +431,23 @@ def explain(
             else v
             for v in verdicts
         ]
-    return verdicts + logged
+    full = [v for v in logged if v.kind == "no-space" and v.severity == diagnosis.FAIL]
+    return full + verdicts + [v for v in logged if v not in full]
+
+
+def df_argv(path: str) -> list[str]:
+    """``df`` of the file system holding ``path`` or its nearest existing parent (a file that a
+    failed write named may not exist), as :func:`rigup.diagnosis.parse_df` reads it."""
+    script = 'p=$1; while ! test -e "$p" && test "$p" != /; do p=$(dirname "$p"); done; '
+    return ["sh", "-c", script + " ".join(diagnosis.DF_ARGS) + ' "$p"', "sh", path]
+
+
+def read_df(path: str, runner: Runner = run) -> dict[str, Any] | None:
+    """``{"mount", "free_gib", "size_gib", ...}`` of the file system holding ``path``
+    (:func:`rigup.diagnosis.parse_df`), None when ``df`` gives no figure."""
+    code, out = runner(df_argv(path))
+    found = diagnosis.parse_df(out) if code == 0 else []
+    return found[0] if found else None
 
 
 def read_kernel(runner: Runner = run, window: tuple[float, float] | None = None) -> list[str]:
@@ -293,16 +461,31 @@ def read_kernel(runner: Runner = run, window: tuple[float, float] | None = None)
 def read_unit(unit: str, runner: Runner = run, journal_lines: int = 400, **extra: Any):
     """``(state, journal lines to explain)`` of ``unit`` on this host, through ``runner``;
     ``state["window"]`` is the time span of those lines (seconds since the epoch) when the
-    journal gives it, for :func:`read_kernel`."""
+    journal gives it, for :func:`read_kernel`; ``state["no_space_df"]`` the ``df`` of the file
+    system a failed write (ENOSPC) named, when they hold one (:func:`read_df`)."""
     _, out = runner(show_argv([unit]))
     props = (parse_show(out) or [{}])[0]
     state = unit_state(props, **extra)
     if state["load"] in ("", "not-found"):
         return state, []
+    if (state["active"], state["sub"]) == ("active", "running") and state["inputs"]:
+        _, stat_out = runner(["stat", "-L", "-c", "%Y %n", *state["inputs"]])
+        state["changed_inputs"] = changed_since(stat_out, state["started"])
     _, log = runner(journal_argv(unit, journal_lines))
     explained = explained_runs(state, runs(parse_journal(log)))
     times = run_times(log)
     spans = [times[inv] for inv, _ in explained if inv in times]
     if spans:
         state["window"] = (min(a for a, _ in spans), max(b for _, b in spans))
-    return state, [line for _, lines in explained for line in lines]
+    current = state.get("invocation")
+    earlier = [(inv, lines) for inv, lines in explained if inv != current]
+    if current and len(earlier) < len(explained) and earlier:
+        state["history_lines"] = sum(len(lines) for _, lines in earlier)
+        ends = [times[inv][1] for inv, _ in earlier if inv in times]
+        state["history_end"] = max(ends) if ends else None
+        explained = earlier + [(inv, lines) for inv, lines in explained if inv == current]
+    lines = [line for _, lines in explained for line in lines]
+    full = diagnosis.first_no_space_path(lines)
+    if full and (df := read_df(full, runner)):
+        state["no_space_df"] = df
+    return state, lines

@@ -146,66 +146,43 @@ def vllm_fused_modules(architecture: str) -> tuple[dict[str, list[str]] | None, 
     return mapping, f"{cls.__module__}.{cls.__name__}.packed_modules_mapping"
 
 
-def preflight(
-    config: dict,
-    names: list[str],
-    method: str,
-    accepted: tuple[str, ...] | None,
-    speculative_method: str | None = None,
-    missing: list[str] | None = None,
-    fused: dict[str, list[str]] | None = None,
-) -> dict:
-    """The checks on a config.json, its tensor names and the shards missing from the
-    directory (``missing``); ``fused`` is vLLM's packed_modules_mapping of the architecture
-    (None: the built-in table). Pure."""
-    problems: list[str] = []
-    notes: list[str] = []
+def lm_head_problems(config: dict, names: list[str], quant: dict, blocks: list[str]) -> list[str]:
+    """The LM head: quantized in an AutoRound checkpoint (vLLM builds it unquantized), or
+    without weights (no ``lm_head.*`` and untied embeddings)."""
     architecture = (config.get("architectures") or ["?"])[0]
-
-    # 0. every indexed shard present
-    if missing:
-        problems.append(
-            f"{INDEX} names {len(missing)} shard(s) that are not in the checkpoint directory: "
-            f"{', '.join(missing[:5])} (an interrupted or partial copy); place the model again"
-        )
-    quant = config.get("quantization_config") or {}
     auto_round = quant.get("quant_method") in ("auto-round", "intel/auto-round")
-
-    # 1. quantized lm_head
     head_q = sorted(
         n
         for n in names
         if n.startswith("lm_head.")
         and n.rsplit(".", 1)[-1] in ("qweight", "qzeros", "scales", "g_idx")
     )
-    blocks = quant.get("block_name_to_quantize") or quant.get("to_quant_block_names") or ""
-    blocks = blocks.split(",") if isinstance(blocks, str) else list(blocks)
     if auto_round and (head_q or quant.get("quant_lm_head")):
         what = ", ".join(head_q[:3]) if head_q else "quant_lm_head = true in quantization_config"
         first = "lm_head.qweight" if "lm_head.qweight" in head_q or not head_q else head_q[0]
-        problems.append(
+        return [
             f"lm_head is quantized ({what}) in this AutoRound checkpoint: vLLM 0.22.1's AutoRound "
             "reader (INCConfig) builds the LM head unquantized"
             + (f" (block_name_to_quantize = {blocks} does not name it)" if blocks else "")
             + f" and loading fails with `{lm_head_load_error(architecture, first)}`. Use a "
             "checkpoint exported with an unquantized lm_head (AutoRound's default; no "
             "--quant_lm_head)."
-        )
-    elif (
-        not any(n.startswith("lm_head.") for n in names)
-        and not config.get(
-            "tie_word_embeddings",
-            (config.get("text_config") or {}).get("tie_word_embeddings", False),
-        )
-        and names
-    ):
-        problems.append(
-            "no lm_head.* tensor and tie_word_embeddings is false: the LM head has no weights"
-        )
+        ]
+    tied = config.get(
+        "tie_word_embeddings", (config.get("text_config") or {}).get("tie_word_embeddings", False)
+    )
+    if names and not tied and not any(n.startswith("lm_head.") for n in names):
+        return ["no lm_head.* tensor and tie_word_embeddings is false: the LM head has no weights"]
+    return []
 
-    # 2. vision tensors versus the text-only method
+
+def vision_findings(config: dict, names: list[str], method: str) -> tuple[list, list, int]:
+    """Vision tensors against the text-only ``method`` and the architecture:
+    ``(problems, notes, number of vision tensors)``."""
+    architecture = (config.get("architectures") or ["?"])[0]
+    problems: list[str] = []
+    notes: list[str] = []
     vision = [n for n in names if n.startswith(VISION_PREFIXES)]
-    has_vision_config = "vision_config" in config
     conditional = architecture.endswith("ForConditionalGeneration")
     if method == "strip_vision_config" and vision:
         problems.append(
@@ -226,58 +203,101 @@ def preflight(
         )
     elif vision:
         notes.append(f"{len(vision)} vision tensors: skipped at load with {method}")
-    if conditional and not has_vision_config and method == "language_model_only":
+    if conditional and "vision_config" not in config and method == "language_model_only":
         notes.append(
             "config.json has no vision_config: vLLM re-creates a default one (docs/text-only.md)"
         )
+    return problems, notes, len(vision)
 
-    # 3. weight-name prefixes versus the architecture
-    if accepted is not None and names:
-        ok = (*accepted, *ALWAYS_ACCEPTED)
-        stray = [n for n in names if not n.startswith(ok)]
-        if stray:
-            heads = sorted({".".join(n.split(".")[:2]) + ".*" for n in stray})
-            problems.append(
-                f"{len(stray)} of {len(names)} tensor names do not match {architecture} "
-                f"(config.json architectures): found {', '.join(heads[:5])}; vLLM's class "
-                f"accepts {', '.join(p + '*' for p in ok)}. The checkpoint was exported for "
-                "another architecture (e.g. a ForCausalLM export names its layers model.layers.*)"
-            )
-    # 4. the MTP head speculative decoding needs
+
+def prefix_problems(architecture: str, names: list[str], accepted: tuple | None) -> list[str]:
+    """Tensor names vLLM's class for ``architecture`` does not accept (``accepted``: its
+    prefixes; None: not known, nothing checked)."""
+    if accepted is None or not names:
+        return []
+    ok = (*accepted, *ALWAYS_ACCEPTED)
+    stray = [n for n in names if not n.startswith(ok)]
+    if not stray:
+        return []
+    heads = sorted({".".join(n.split(".")[:2]) + ".*" for n in stray})
+    return [
+        f"{len(stray)} of {len(names)} tensor names do not match {architecture} "
+        f"(config.json architectures): found {', '.join(heads[:5])}; vLLM's class "
+        f"accepts {', '.join(p + '*' for p in ok)}. The checkpoint was exported for "
+        "another architecture (e.g. a ForCausalLM export names its layers model.layers.*)"
+    ]
+
+
+def mtp_findings(architecture: str, names: list[str], blocks: list[str]) -> tuple[list, list]:
+    """The MTP head speculative decoding by MTP needs: missing, or quantized.
+    ``(problems, notes)``."""
+    if not names:
+        return [], []
+    if architecture not in MTP_ARCHITECTURES:
+        return [], [f"MTP head not checked: {architecture} is not a known MTP architecture"]
+    mtp = [n for n in names if n.startswith(MTP_PREFIX)]
+    mtp_q = sorted(n for n in mtp if n.rsplit(".", 1)[-1] in QUANTIZED_PARTS)
+    if not mtp:
+        return [
+            f"speculative decoding by MTP is on (vllm_speculative_config method "
+            f'"mtp") but the checkpoint has no {MTP_PREFIX}* tensors: its '
+            "multi-token-prediction head was left out when it was exported or "
+            "quantized. vLLM 0.22.1 still starts and serves, with a drafter that has no "
+            "trained weights: every draft is rejected (0 % acceptance, as "
+            "z-lab/paroquant#42 saw on 2x3090), so decode is slower than without MTP. "
+            "Turn MTP off (vllm_speculative_config = None) or use a checkpoint that "
+            "keeps its MTP head"
+        ], []
+    if not mtp_q:
+        return [], []
+    in_blocks = any(MTP_PREFIX.startswith(b) or b.startswith("mtp") for b in blocks)
+    return [
+        f"speculative decoding by MTP is on but the checkpoint's MTP head is "
+        f"quantized ({len(mtp_q)} tensors: {', '.join(mtp_q[:3])}, ...): "
+        + (
+            f"block_name_to_quantize = {blocks} does not name mtp, so vLLM 0.22.1 "
+            "builds the drafter unquantized and cannot load these tensors"
+            if blocks and not in_blocks
+            else "vLLM's MTP drafter is built and validated for the unquantized "
+            "head AutoRound copies by default (vllm#49552, intel/auto-round#1755)"
+        )
+        + ". Use a checkpoint whose mtp.* tensors are BF16 (AutoRound's default "
+        "copy of the MTP weights), or turn MTP off (vllm_speculative_config = None)"
+    ], []
+
+
+def preflight(
+    config: dict,
+    names: list[str],
+    method: str,
+    accepted: tuple[str, ...] | None,
+    speculative_method: str | None = None,
+    missing: list[str] | None = None,
+    fused: dict[str, list[str]] | None = None,
+) -> dict:
+    """The checks on a config.json, its tensor names and the shards missing from the
+    directory (``missing``); ``fused`` is vLLM's packed_modules_mapping of the architecture
+    (None: the built-in table). Pure. Returns ``{"ok", "architecture", "tensors",
+    "vision_tensors", "problems", "notes"}``."""
+    architecture = (config.get("architectures") or ["?"])[0]
+    problems: list[str] = []
+    if missing:  # every indexed shard present
+        problems.append(
+            f"{INDEX} names {len(missing)} shard(s) that are not in the checkpoint directory: "
+            f"{', '.join(missing[:5])} (an interrupted or partial copy); place the model again"
+        )
+    quant = config.get("quantization_config") or {}
+    blocks = quant.get("block_name_to_quantize") or quant.get("to_quant_block_names") or ""
+    blocks = blocks.split(",") if isinstance(blocks, str) else list(blocks)
+    problems += lm_head_problems(config, names, quant, blocks)
+    vision_problems, notes, vision = vision_findings(config, names, method)
+    problems += vision_problems
+    problems += prefix_problems(architecture, names, accepted)
     if speculative_method == "mtp":
-        if architecture in MTP_ARCHITECTURES and names:
-            mtp = [n for n in names if n.startswith(MTP_PREFIX)]
-            mtp_q = sorted(n for n in mtp if n.rsplit(".", 1)[-1] in QUANTIZED_PARTS)
-            if not mtp:
-                problems.append(
-                    f"speculative decoding by MTP is on (vllm_speculative_config method "
-                    f'"mtp") but the checkpoint has no {MTP_PREFIX}* tensors: its '
-                    "multi-token-prediction head was left out when it was exported or "
-                    "quantized. vLLM 0.22.1 still starts and serves, with a drafter that has no "
-                    "trained weights: every draft is rejected (0 % acceptance, as "
-                    "z-lab/paroquant#42 saw on 2x3090), so decode is slower than without MTP. "
-                    "Turn MTP off (vllm_speculative_config = None) or use a checkpoint that "
-                    "keeps its MTP head"
-                )
-            elif mtp_q:
-                # 6. a quantized MTP head
-                in_blocks = any(MTP_PREFIX.startswith(b) or b.startswith("mtp") for b in blocks)
-                problems.append(
-                    f"speculative decoding by MTP is on but the checkpoint's MTP head is "
-                    f"quantized ({len(mtp_q)} tensors: {', '.join(mtp_q[:3])}, ...): "
-                    + (
-                        f"block_name_to_quantize = {blocks} does not name mtp, so vLLM 0.22.1 "
-                        "builds the drafter unquantized and cannot load these tensors"
-                        if blocks and not in_blocks
-                        else "vLLM's MTP drafter is built and validated for the unquantized "
-                        "head AutoRound copies by default (vllm#49552, intel/auto-round#1755)"
-                    )
-                    + ". Use a checkpoint whose mtp.* tensors are BF16 (AutoRound's default "
-                    "copy of the MTP weights), or turn MTP off (vllm_speculative_config = None)"
-                )
-        elif names:
-            notes.append(f"MTP head not checked: {architecture} is not a known MTP architecture")
-    # 5. layers vLLM fuses share one quantization
+        mtp_problems, mtp_notes = mtp_findings(architecture, names, blocks)
+        problems += mtp_problems
+        notes += mtp_notes
+    # layers vLLM fuses share one quantization
     fusion = BUILTIN_FUSED.get(architecture, {}) if fused is None else fused
     if quant and names:
         problems.extend(fused_problems(quant, names, fusion))
@@ -285,7 +305,7 @@ def preflight(
         "ok": not problems,
         "architecture": architecture,
         "tensors": len(names),
-        "vision_tensors": len(vision),
+        "vision_tensors": vision,
         "problems": problems,
         "notes": notes,
     }

@@ -12,6 +12,8 @@ local model directory (rigup places it; the unit sets HF_HUB_OFFLINE=1, nothing 
     GET  /v1/models         the served model name (OpenAI list shape)
     GET  /v1/audio/voices   voice names: "default" plus <voices-dir>/<name>.wav, and the voice
                             each of OpenAI's voice names resolves to
+    POST /release           frees the model's GPU memory, the server stays up (/ready: 503
+                            "released"); POST /reload loads it again (voxcpm_memory.py)
 
 Request fields follow OpenAI's ``POST /v1/audio/speech`` (platform.openai.com/docs/api-reference/
 audio/createSpeech): ``model`` (optional; when given it must be the served name), ``input`` (1 to
@@ -97,6 +99,7 @@ from voxcpm_audio import FORMATS  # noqa: E402
 from voxcpm_audio import PCM_SAMPLE_RATE as PCM_SAMPLE_RATE  # noqa: E402
 from voxcpm_audio import mono_float as mono_float  # noqa: E402
 from voxcpm_audio import output_rate as output_rate  # noqa: E402
+from voxcpm_memory import ADMIN_PATHS, add_memory_routes  # noqa: E402
 from voxcpm_stream import SpeechStream, StreamFailed  # noqa: E402
 from voxcpm_synth import Synthesizer, ToneTestDouble, VoxCPM2Synthesizer  # noqa: E402
 
@@ -133,8 +136,9 @@ API_KEY_ENV = "VOXCPM_API_KEY"
 
 
 def require_api_key(app: FastAPI, key: str | None) -> None:
-    """With ``key``, answer every ``/v1/*`` request without ``Authorization: Bearer <key>`` with
-    401 in OpenAI's error shape (OpenAI's SDK sends the header; vLLM's --api-key works alike).
+    """With ``key``, answer every ``/v1/*`` request and the release and reload routes
+    (:data:`voxcpm_memory.ADMIN_PATHS`) without ``Authorization: Bearer <key>`` with 401 in
+    OpenAI's error shape (OpenAI's SDK sends the header; vLLM's --api-key works alike).
     /health and /ready stay open for systemd's readiness check. Without ``key``, nothing."""
     if not key:
         return
@@ -145,7 +149,9 @@ def require_api_key(app: FastAPI, key: str | None) -> None:
     @app.middleware("http")
     async def _api_key(request: Request, call_next):
         given = request.headers.get("authorization", "").encode()
-        if request.url.path.startswith("/v1/") and not hmac.compare_digest(given, expected):
+        path = request.url.path
+        guarded = path.startswith("/v1/") or path.rstrip("/") in ADMIN_PATHS
+        if guarded and not hmac.compare_digest(given, expected):
             why = "missing or wrong API key (send Authorization: Bearer <key>)"
             return JSONResponse(error_body(401, why, code="invalid_api_key"), 401)
         return await call_next(request)
@@ -153,7 +159,8 @@ def require_api_key(app: FastAPI, key: str | None) -> None:
 
 @dataclass
 class ServiceState:
-    """Readiness of the synthesizer: ``loading`` -> ``ready`` or ``failed``."""
+    """Readiness of the synthesizer: ``loading`` -> ``ready`` or ``failed``; ``ready`` ->
+    ``released`` (POST /release) -> ``loading`` (POST /reload)."""
 
     status: str = "loading"
     error: str | None = None
@@ -214,15 +221,14 @@ def add_error_handlers(app: FastAPI) -> None:
 
 
 def require_ready(state: ServiceState) -> None:
-    """Raise :class:`ApiError` 503 (``model_loading`` or ``model_failed``, with the error)
-    until the synthesizer is loaded."""
+    """Raise :class:`ApiError` 503 (``model_loading``, ``model_failed`` with the error, or
+    ``model_released``) until the synthesizer is loaded."""
     if state.status == "ready":
         return
-    why = (
-        f"the model failed to load: {state.error}"
-        if state.status == "failed"
-        else "the model is still loading; retry later"
-    )
+    why = {
+        "failed": f"the model failed to load: {state.error}",
+        "released": "the model is released (POST /reload loads it); retry later",
+    }.get(state.status, "the model is still loading; retry later")
     raise ApiError(503, why, code=f"model_{state.status}")
 
 
@@ -272,11 +278,15 @@ def add_status_routes(
 
 
 def add_speech_route(
-    app: FastAPI, settings: Settings, synthesizer: Synthesizer, state: ServiceState
+    app: FastAPI,
+    settings: Settings,
+    synthesizer: Synthesizer,
+    state: ServiceState,
+    generate_lock: threading.Lock,
 ) -> None:
-    """``POST /v1/audio/speech``: one synthesis at a time on the GPU, streamed as it is
-    encoded (:class:`SpeechStream`), an error answer when no audio could be made."""
-    generate_lock = threading.Lock()
+    """``POST /v1/audio/speech``: one synthesis at a time on the GPU (``generate_lock``),
+    streamed as it is encoded (:class:`SpeechStream`), an error answer when no audio could be
+    made (503 when the model was released meanwhile)."""
 
     @app.post("/v1/audio/speech")
     def speech(body: SpeechRequest):
@@ -291,6 +301,7 @@ def add_speech_route(
         try:
             first = stream.start()
         except StreamFailed as e:  # no audio could be made: still an error answer
+            require_ready(state)  # released between the check above and the synthesis
             raise ApiError(500, str(e)) from None
         return StreamingResponse(
             stream.body(first),
@@ -322,7 +333,9 @@ def create_app(settings: Settings, synthesizer: Synthesizer, *, load_in_backgrou
     app.state.on_load_failure = on_load_failure
     add_error_handlers(app)
     add_status_routes(app, settings, synthesizer, state)
-    add_speech_route(app, settings, synthesizer, state)
+    generate_lock = threading.Lock()
+    add_speech_route(app, settings, synthesizer, state, generate_lock)
+    add_memory_routes(app, synthesizer, state, generate_lock, load)
     return app
 
 

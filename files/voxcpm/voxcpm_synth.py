@@ -3,6 +3,7 @@ voxcpm's own API, and the tone test double."""
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Iterator
@@ -23,6 +24,12 @@ class Synthesizer(Protocol):
     sample_rate: int
 
     def load(self) -> None: ...
+
+    def release(self) -> dict:
+        """Free the model (its GPU memory); ``load`` brings it back. What was freed, e.g.
+        ``{"cuda_reserved_mib_before": 7800.0, "cuda_reserved_mib_after": 0.0}`` ({} when
+        nothing is measured)."""
+        ...
 
     def synthesize(self, text: str, reference_wav: str | None) -> np.ndarray:
         """Mono waveform, float32 in [-1, 1], at ``sample_rate``."""
@@ -58,6 +65,24 @@ class VoxCPM2Synthesizer:
         )
         self.sample_rate = int(self._model.tts_model.sample_rate)
 
+    def release(self) -> dict:
+        """Drop the model and hand its cached blocks back to the driver
+        (``torch.cuda.empty_cache``); on a CUDA device the memory torch held before and after,
+        in MiB (``torch.cuda.memory_reserved``: the CUDA context itself, ~0.5 GiB, stays)."""
+        import torch
+
+        cuda = str(self.device).startswith("cuda") and torch.cuda.is_available()
+        before = torch.cuda.memory_reserved() / 2**20 if cuda else None
+        self._model = None
+        gc.collect()
+        if not cuda:
+            return {}
+        torch.cuda.empty_cache()
+        return {
+            "cuda_reserved_mib_before": round(before, 1),
+            "cuda_reserved_mib_after": round(torch.cuda.memory_reserved() / 2**20, 1),
+        }
+
     def synthesize(self, text: str, reference_wav: str | None) -> np.ndarray:
         return self._model.generate(
             text=text,
@@ -86,7 +111,8 @@ class ToneTestDouble:
 
     Loads nothing (waits ``load_seconds`` so readiness can be observed before and after "load")
     and returns a deterministic 440 Hz tone, 50 ms per input character (at most 30 s), at 48 kHz;
-    streamed in chunks of ``chunk_seconds``.
+    streamed in chunks of ``chunk_seconds``. After ``release`` it refuses to synthesize until
+    the next ``load``, as the real model would have nothing to run.
     """
 
     name = "test-double"
@@ -97,11 +123,20 @@ class ToneTestDouble:
 
     def __init__(self, load_seconds: float = 0.0):
         self.load_seconds = load_seconds
+        self.released = False
 
     def load(self) -> None:
         time.sleep(self.load_seconds)
+        self.released = False
+
+    def release(self) -> dict:
+        """Forget the (pretend) model: synthesis fails until the next ``load``."""
+        self.released = True
+        return {}
 
     def synthesize(self, text: str, reference_wav: str | None) -> np.ndarray:
+        if self.released:
+            raise RuntimeError("the test double's model is released")
         seconds = min(self.max_seconds, self.seconds_per_char * len(text))
         t = np.arange(int(seconds * self.sample_rate), dtype=np.float32) / self.sample_rate
         return (0.3 * np.sin(2 * math.pi * 440.0 * t)).astype(np.float32)

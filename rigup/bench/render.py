@@ -6,6 +6,7 @@ from typing import Any
 
 from . import roofline
 from .gpus import gpu_line
+from .media import table as media_table
 
 
 def fmt(value: Any, unit: str) -> str:
@@ -30,7 +31,10 @@ def row_cells(r: dict) -> tuple[str, str, str, str]:
 
 
 def table(record: dict, markdown: bool = True) -> str:
-    """The run as Markdown tables, one per arm, with the seed's figures beside this run's."""
+    """The run as Markdown tables, one per arm, with the seed's figures beside this run's; a
+    media record (``"kind": "media"``) as rigup.bench.media.table."""
+    if record.get("kind") == "media":
+        return media_table(record)
     engine = record.get("engine", "GPU")
     lines = [
         f"rigup-bench {record['started']}: vLLM {record['vllm'].get('version')}, "

@@ -173,9 +173,10 @@ def save(cfg: dict, record: dict) -> str:
     return path
 
 
-def latest(results: str, complete: bool = False) -> dict | None:
+def latest(results: str, complete: bool = False, kind: str | None = "llm") -> dict | None:
     """The newest record under ``results`` (None when there is none); ``complete``: the newest
-    that was neither interrupted nor failed."""
+    that was neither interrupted nor failed; ``kind``: "llm" (the seed's rows, a record without
+    a ``kind``), "media" (rigup-bench --media's) or None (either)."""
     try:
         names = sorted(n for n in os.listdir(results) if n.endswith(".json"))
     except OSError:
@@ -185,6 +186,8 @@ def latest(results: str, complete: bool = False) -> dict | None:
             with open(os.path.join(results, name), encoding="utf-8") as f:
                 record = {**json.load(f), "path": os.path.join(results, name)}
             if complete and (record.get("interrupted") or record.get("error")):
+                continue
+            if kind is not None and record.get("kind", "llm") != kind:
                 continue
             return record
         except (OSError, ValueError):

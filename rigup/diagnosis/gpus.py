@@ -201,7 +201,9 @@ def _match_nvlink_degraded(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def _match_nvlink_absent(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
     if s.get("required") or not s.get("problems"):
         return None
-    return {}
+    if not s.get("active"):  # nvidia-smi nvlink --status printed nothing (driver 580)
+        return {"absent": "no NVLink links reported at all: no bridge detected"}
+    return {"absent": "no active NVLink link"}
 
 
 def _match_nvlink_errors(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -244,7 +246,7 @@ _NVLINK: list[Signature] = [
         id="nvlink-down/absent",
         source="nvlink",
         severity=OK,
-        what="no NVLink: tensor parallel runs over PCIe",
+        what="{absent}: tensor parallel runs over PCIe",
         why="no active links, and nvlink_required = False: vLLM runs with NCCL_P2P_DISABLE=1 and "
         "--disable-custom-all-reduce (the seed: decode barely changes, prefill loses speed)",
         fix="nothing to do without a bridge",

@@ -3,12 +3,45 @@ the OOM killer; and :func:`classify_kernel_log`."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from .core import FAIL, WARN, Signature, Verdict, classify_lines
 from .gpu_reset import GSP_REPEATS, RESET_FIX, gpu_field
 from .gpu_reset import XID as _XID
 from .nvidia_smi import _BUS, LOST_GPU_FIX
+from .unit_log import ram_fix
+
+#: the kernel's summary line of an OOM kill names the victim's cgroup: a systemd unit
+_OOM_TASK = re.compile(r"oom-kill:.*?task_memcg=(?P<memcg>[^,\s]*),task=[^,]*,pid=(?P<pid>\d+)")
+_UNIT_IN_CGROUP = re.compile(r"([\w@:.\\-]+\.(?:service|scope))$")
+
+
+def oom_units(text: str | None) -> dict[str, str]:
+    """``{pid: unit}`` of the OOM kills in kernel log ``text``, from each kill's
+    ``oom-kill:...task_memcg=/system.slice/comfyui.service,task=python3,pid=2345`` line."""
+    out = {}
+    for m in _OOM_TASK.finditer(text or ""):
+        unit = _UNIT_IN_CGROUP.search(m["memcg"].rstrip("/"))
+        if unit:
+            out[m["pid"]] = unit.group(1)
+    return out
+
+
+def _oom_fields(f: dict) -> dict:
+    unit = (f.get("oom_units") or {}).get(f.get("pid"))
+    kib = f.get("anon_kib")
+    memcg = f.get("scope") == "Memory cgroup out of memory"
+    return {
+        "unit": unit,
+        "unit_words": f" of {unit}" if unit else "",
+        "rss_words": f" holding {int(kib) / 1048576:.1f} GiB of RAM" if kib else "",
+        "scope_words": "the unit's cgroup reached its memory limit (MemoryMax=)"
+        if memcg
+        else "the machine ran out of RAM and swap and the kernel killed the biggest process",
+        "ram_fix": ram_fix(unit),
+    }
+
 
 MTP_GDN_CRASH = (
     "on this stack (vLLM 0.22.1 serving Qwen3.6 with MTP speculative decoding) suspect first the "
@@ -149,13 +182,17 @@ _KERNEL_LOG: list[Signature] = [
         id="oom-kill",
         source="kernel-log",
         severity=FAIL,
-        what="the kernel's OOM killer killed {proc} (pid {pid})",
-        why="the machine ran out of memory; a vLLM worker killed this way leaves no error of its "
-        "own in vLLM's journal",
-        fix="free memory (another mode's services, a desktop session) or lower what vLLM reserves "
-        "(vllm_gpu_memory_utilization; vllm_cpu_memory_utilization on the CPU build)",
-        pattern=r"Out of memory: Killed process (?P<pid>\d+) \((?P<proc>[^)]+)\)",
-        reference="Linux mm/oom_kill.c ('Out of memory: Killed process %d (%s)')",
+        what="the kernel's OOM killer killed {proc} (pid {pid}{unit_words}){rss_words}",
+        why="{scope_words}: system memory (RAM), not the GPU's (VRAM); a GPU out-of-memory "
+        "error is a Python error in the service's journal, never a kill, and a process killed "
+        "this way leaves no error of its own",
+        fix="{ram_fix}",
+        pattern=r"(?P<scope>Memory cgroup out of memory|Out of memory): Killed process "
+        r"(?P<pid>\d+) \((?P<proc>[^)]+)\)(?: total-vm:\d+kB, anon-rss:(?P<anon_kib>\d+)kB)?",
+        derive=_oom_fields,
+        reference="Linux mm/oom_kill.c ('Out of memory: Killed process %d (%s) total-vm:%lukB, "
+        "anon-rss:%lukB, ...', 'oom-kill:constraint=...,task_memcg=%s,task=%s,pid=%d'; 'Memory "
+        "cgroup out of memory' for a cgroup's limit)",
     ),
     Signature(
         id="module-rejected",
@@ -190,4 +227,4 @@ def classify_kernel_log(text: str | None, gpus: Mapping[str, str] | None = None)
     """Xid events, GSP timeouts, CPU traps, the OOM killer and module-loading refusals in kernel
     log lines (journalctl -k, dmesg). ``gpus`` (:func:`rigup.diagnosis.gpu_labels` of
     nvidia-smi's rows: ``{pci slot: "GPU 1 (NVIDIA GeForce RTX 3090)"}``) names the GPUs."""
-    return classify_lines("kernel-log", text, {"gpus": gpus or {}})[0]
+    return classify_lines("kernel-log", text, {"gpus": gpus or {}, "oom_units": oom_units(text)})[0]

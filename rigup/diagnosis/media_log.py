@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .comfyui_jobs import classify_jobs
 from .core import FAIL, WARN, Signature, Verdict, classify_lines
 
 #: torch.OutOfMemoryError, as the traceback ends and as ComfyUI's execution.py announces it.
@@ -194,8 +195,32 @@ _VOXCPM_LOG: list[Signature] = [
 ]
 
 
+def _with_jobs(verdicts: list[Verdict], text: str | None) -> list[Verdict]:
+    """ComfyUI's line verdicts and its failed jobs (:func:`classify_jobs`), one verdict per
+    kind of failed job with every job's lines as evidence; an out-of-memory line inside a job
+    whose cause was named first (a failed weight stream that ends in an OOM) is that job's."""
+    merged: dict[tuple[str, str], Verdict] = {}
+    named: list[str] = []
+    for v, job in classify_jobs(text):
+        named.append("\n".join(job.lines))
+        key = (v.id, v.what)
+        old = merged.get(key)
+        evidence = old.evidence + v.evidence[-1:] if old else v.evidence
+        merged[key] = Verdict(**{**v.__dict__, "evidence": evidence})
+
+    def inside(line: str) -> bool:
+        return any(line.split("!!! ", 1)[-1] in block for block in named)
+
+    kept = [v for v in verdicts if not (v.id == "comfyui-oom" and all(map(inside, v.evidence)))]
+    return kept + list(merged.values())
+
+
 def classify_service_log(source: str, text: str | None) -> list[Verdict]:
     """What a media service's journal says (``source``: comfyui-log or voxcpm-log), failures
-    first."""
+    first; ComfyUI's with each failed job (its exception block) named by its node and its last
+    exception."""
     order = {FAIL: 0, WARN: 1}
-    return sorted(classify_lines(source, text)[0], key=lambda v: order.get(v.severity, 2))
+    verdicts = classify_lines(source, text)[0]
+    if source == "comfyui-log":
+        verdicts = _with_jobs(verdicts, text)
+    return sorted(verdicts, key=lambda v: order.get(v.severity, 2))

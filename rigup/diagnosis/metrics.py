@@ -58,12 +58,37 @@ def _match_prefix_off(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def _match_prefix_no_hits(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
     if not _prompts(s) or not s.get("queries") or (s.get("hits") or 0) > 0:
         return None
-    block = s.get("block")
     return {
         "since": s.get("since"),
         "queries": _tokens(s.get("queries")),
-        "block": block or "?",
-        **_two_blocks({"block": block}),
+        "block": s.get("block") or "?",
+        **_blocks_words(s.get("block")),
+    }
+
+
+def _match_prefix_unexpected(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """vLLM looked prompts up in a prefix cache that rigup's unit does not turn on."""
+    if not _prompts(s) or not s.get("queries") or s.get("prefix_caching") is not False:
+        return None
+    return {
+        "since": s.get("since"),
+        "queries": _tokens(s.get("queries")),
+        "hits": _tokens(s.get("hits") or 0),
+    }
+
+
+def _blocks_words(block: Any) -> dict[str, str]:
+    """The block size in words: vLLM's raised block from its journal, or what is not known."""
+    if isinstance(block, int):
+        return {
+            "blocks": f"whole attention blocks of {block} tokens",
+            "two": f"at least two blocks ({2 * block} tokens)",
+        }
+    return {
+        "blocks": "whole attention blocks (vLLM raises the block size for this model, about 1600 "
+        "tokens on the rig; its start-up line 'Setting attention block size' is not in this "
+        "run's journal)",
+        "two": "at least two such blocks",
     }
 
 
@@ -111,9 +136,35 @@ def _match_spec_idle(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return {"since": s.get("since"), "method": _spec_name(s)}
 
 
+#: 0 % acceptance from wrong sums of vLLM's custom all-reduce (tensor parallel > 1): the field's
+#: A/B, and the arm of rigup-bench that decides it.
+CUSTOM_ALL_REDUCE_ZERO = (
+    "; with tensor parallel {tp} and vLLM's custom all-reduce {car_state}, suspect it as much: "
+    "an all-reduce that returns wrong sums gives the same 0 % (and answers of '!!!!'): "
+    "noonghunna/club-3090#922 measured 0 % with it and 100 % without on 2x3090, and a 2x A100 "
+    "after a driver update to 595 the same"
+)
+CUSTOM_ALL_REDUCE_AB = (
+    "first the A/B that decides between the two: `sudo rigup-bench --arms nvlink-off --rows "
+    "decode-1` runs with --disable-custom-all-reduce (and P2P off) and prints the acceptance; "
+    'if it comes back there, keep vllm_extra_args = ["--disable-custom-all-reduce"] and '
+    "converge; if not, "
+)
+
+
 def _match_spec_none(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
     a = _acceptance(s)
-    return a if a and not s.get("accepted") else None
+    if not a or s.get("accepted"):
+        return None
+    tp, car = s.get("tensor_parallel") or 1, s.get("custom_all_reduce")
+    if tp > 1 and car is not False:
+        state = "on" if car else "on unless the unit disables it (not read)"
+        return {
+            **a,
+            "allreduce_why": CUSTOM_ALL_REDUCE_ZERO.format(tp=tp, car_state=state),
+            "allreduce_fix": CUSTOM_ALL_REDUCE_AB,
+        }
+    return {**a, "allreduce_why": "", "allreduce_fix": ""}
 
 
 def _match_spec_low(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -197,6 +248,22 @@ _METRICS: list[Signature] = [
         "vllm#48375",
     ),
     Signature(
+        id="prefix-cache/unexpected",
+        source="metrics",
+        severity=WARN,
+        what="vLLM looked {queries} prompt tokens up in its prefix cache over {since} ({hits} "
+        "hits), though rigup configured prefix caching off",
+        why="vLLM 0.22.1 counts prefix-cache queries only with caching on, so the running vLLM "
+        "does not run rigup's command line (vllm_enable_prefix_caching = False): a systemd "
+        "drop-in, a rigup-bench arm left in place, or a unit edited by hand; with MTP on this "
+        "is the pair that can corrupt Qwen3.6's recurrent state (vllm#43559)",
+        fix="`systemctl cat vllm.service` shows what runs; converge to restore rigup's unit "
+        "(`sudo rigup-bench --restore` after a killed benchmark)",
+        matcher=_match_prefix_unexpected,
+        reference="vLLM 0.22.1 v1/core/kv_cache_manager.py get_computed_blocks: prefix-cache "
+        "stats only when caching is enabled); roles/doctor/config.py (prefix_caching from rigup's unit)",
+    ),
+    Signature(
         id="prefix-cache/self-test-miss",
         source="metrics",
         severity=FAIL,
@@ -221,11 +288,10 @@ _METRICS: list[Signature] = [
         source="metrics",
         severity=OK,
         what="prefix cache hit rate 0 % over {since} ({queries} prompt tokens looked up)",
-        why="prefix caching is on, but on this hybrid model vLLM caches whole attention blocks of "
-        "{block} tokens (it raised the block size so a page holds a gated-delta-net state) and a "
-        "hit needs an identical prompt prefix of at least two blocks ({two} tokens); shorter or "
-        "differing prompts never hit",
-        fix="share long prefixes (a system prompt of {two} tokens or more); `rigup-bench "
+        why="prefix caching is on and was queried, with 0 hits: on this hybrid model vLLM caches "
+        "{blocks} (it raised the block size so a page holds a gated-delta-net state) and a hit "
+        "needs an identical prompt prefix of {two}; shorter or differing prompts never hit",
+        fix="share long prefixes (a system prompt of {two} or more); `rigup-bench "
         "--self-test` sends one prompt twice and shows whether the second hits",
         matcher=_match_prefix_no_hits,
         reference="vLLM 0.22.1 platforms/interface.py:640-653; club-3090 docs/UPSTREAM.md "
@@ -257,14 +323,15 @@ _METRICS: list[Signature] = [
         severity=WARN,
         what="{method} accepted none of {drafts} drafts over {since} (0 % acceptance)",
         why="every drafted token was rejected, so each step drafts for nothing (slower than "
-        "without MTP). The likeliest cause is " + MTP_HEAD_BROKEN + "; then sampling far from "
-        "the model's own (Qwen's temperature 0.6, top_p 0.95)",
-        fix="converge: rigup's checkpoint preflight names a missing or quantized MTP head "
+        "without MTP). The likeliest cause is " + MTP_HEAD_BROKEN + "{allreduce_why}; then "
+        "sampling far from the model's own (Qwen's temperature 0.6, top_p 0.95)",
+        fix="{allreduce_fix}converge: rigup's checkpoint preflight names a missing or quantized MTP head "
         "(mtp.* tensors) of the checkpoint; serve one that keeps it, or "
         "vllm_speculative_config = None (no drafts), then converge; check the clients' sampling",
         matcher=_match_spec_none,
-        reference="z-lab/paroquant#42; vLLM 0.22.1 v1/spec_decode/metrics.py:88-140; "
-        "the H200 run of 2026-12-01 (random weights: 0 of 1,020 drafts accepted)",
+        reference="z-lab/paroquant#42; noonghunna/club-3090#922 (0 % with custom all-reduce, "
+        "100 % without); vLLM 0.22.1 v1/spec_decode/metrics.py:88-140; the H200 run of "
+        "2026-12-01 (random weights: 0 of 1,020 drafts accepted)",
     ),
     Signature(
         id="spec-decode/low",

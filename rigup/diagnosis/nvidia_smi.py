@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .core import FAIL, WARN, Signature, Verdict, by_id, classify_exit, classify_lines, verdict
+from .gpu_reset import RESET_ORDER
 
 _BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
 
@@ -186,6 +187,22 @@ _NVIDIA_SMI: list[Signature] = [
         pattern=r"nvidia-smi: (?:command )?not found",
         exit_codes=(127,),
         reference="sh: 'nvidia-smi: not found', exit 127",
+    ),
+    Signature(
+        id="gpu-reset-refused/in-use",
+        source="nvidia-smi",
+        severity=FAIL,
+        what="nvidia-smi refused to reset the GPU at {bus}: it is in use",
+        why="a client holds the device open: on a rig, nvidia-persistenced (rigup keeps "
+        "persistence mode on at every boot, and its attachment counts as a client), and any "
+        "process on the GPU (vLLM, ComfyUI, VoxCPM2, an X server, another nvidia-smi); "
+        "`nvidia-smi --query-compute-apps=pid,process_name --format=csv` lists the processes",
+        fix=RESET_ORDER,
+        pattern=rf"GPU (?P<bus>{_BUS}):? (?:In use by another client|is currently in use by "
+        r"another process)",
+        reference="NVIDIA/NVSentinel#1690 and PR #1692 ('In use by another client', exit 255; "
+        "nvidia-smi -pm 0 then -r succeeds); NVIDIA/gpu-operator#118 (nvidia-persistenced keeps "
+        "a handle on the GPU)",
     ),
     Signature(
         id="nvidia-smi-failed",

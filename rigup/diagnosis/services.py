@@ -3,6 +3,7 @@ units; :func:`classify_unit`."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,7 +18,9 @@ def _unit_fields(s: Mapping[str, Any]) -> dict[str, Any]:
         "result": s.get("result") or "?",
         "mode": s.get("mode") or "?",
         "other": s.get("other_mode") or "other",
+        "mode_words": f" in the {s['mode']} mode" if s.get("mode") else " (outside rigup's modes)",
         "restart_sec": s.get("restart_sec") or "?",
+        "ended_words": f"; the last ended {s['ended']}" if s.get("ended") else "",
     }
 
 
@@ -36,6 +39,15 @@ def _looping(s: Mapping[str, Any]) -> bool:
     return s.get("active") == "activating" and (
         s.get("sub") == "auto-restart" or (s.get("restarts") or 0) > 0
     )
+
+
+def _stale_words(s: Mapping[str, Any]) -> str:
+    words = [f"{', '.join(s['changed_inputs'])} changed"] if s.get("changed_inputs") else []
+    if s.get("need_reload"):
+        words.append(
+            "its unit changed on disk and systemd has not reloaded it (NeedDaemonReload=yes)"
+        )
+    return "; ".join(words)
 
 
 def _enabled(s: Mapping[str, Any]) -> bool:
@@ -75,8 +87,9 @@ _UNIT_STATE: list[Signature] = [
         id="service/restarted",
         source="unit-state",
         severity=WARN,
-        what="{unit} runs, after {n} crash(es) since it was started",
-        why="systemd restarted it after it died; the journal of the earlier run says why",
+        what="{unit} runs, after {n} crash(es) since it was started{ended_words}",
+        why="systemd restarted it after it died and it runs again; the journal of the earlier "
+        "run says why (below, as warnings: that run is over)",
         fix="`journalctl -u {unit} -b` shows the crash",
         matcher=_unit_match(lambda s: _running(s) and (s.get("restarts") or 0) > 0),
     ),
@@ -95,7 +108,7 @@ _UNIT_STATE: list[Signature] = [
         source="unit-state",
         severity=OK,
         what="{unit} is up ({state})",
-        why="running in the {mode} mode",
+        why="running{mode_words}",
         fix="nothing to do",
         matcher=_unit_match(lambda s: s.get("active") == "active"),
     ),
@@ -127,6 +140,30 @@ _UNIT_STATE: list[Signature] = [
         matcher=_unit_match(lambda s: True),
     ),
     Signature(
+        id="service-stale",
+        source="unit-state",
+        severity=WARN,
+        what="{unit} runs an older configuration than the one on disk: {changed}",
+        why="what it starts with changed after it started ({started}) and nothing restarted it: "
+        "a converge interrupted between writing its files and its restart, or a hand edit",
+        fix="converge (it restarts a running service whose unit, environment or inputs changed "
+        "since it started), or `sudo systemctl daemon-reload && sudo /opt/rigup/bin/rigup-start "
+        "--restart {unit}`",
+        matcher=lambda s: (
+            {
+                **_unit_fields(s),
+                "changed": _stale_words(s),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(s["started"]))
+                if s.get("started")
+                else "?",
+            }
+            if _running(s) and (s.get("changed_inputs") or s.get("need_reload"))
+            else None
+        ),
+        reference="systemd's NeedDaemonReload= and ExecMainStartTimestamp= (systemctl show "
+        "--timestamp=unix); captured on the lab machine: tests/fixtures/systemd/stale/",
+    ),
+    Signature(
         id="bench-arm",
         source="unit-state",
         severity=WARN,
@@ -149,5 +186,7 @@ def classify_unit(state: Mapping[str, Any]) -> list[Verdict]:
     NRestarts/UnitFileState/LoadState as ``active``, ``sub``, ``result``, ``restarts``,
     ``enabled``, ``load``, plus ``unit``, ``mode`` (its GPU mode), ``mode_active`` (that mode's
     target is active), ``restart_sec``, ``arm`` (a rigup-bench arm drop-in in place) and
-    ``logged_failure`` (the current run's journal shows a failure)."""
+    ``logged_failure`` (the current run's journal shows a failure), ``changed_inputs`` (the
+    files it started with that changed since: rigup.units.read_unit) and ``need_reload``
+    (systemd's NeedDaemonReload=)."""
     return classify_state("unit-state", state)

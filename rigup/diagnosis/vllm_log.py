@@ -18,6 +18,7 @@ from .core import (
     clean_lines,
     verdict,
 )
+from .routine import is_routine
 from .vllm_cuda import drop_covered
 from .vllm_memory import refine_by_phase
 from .vllm_native import follow_code_paths
@@ -112,6 +113,28 @@ _VLLM_LOG: list[Signature] = [
         pattern=r"There is no module or parameter named '(?P<param>lm_head\.\w+)' in (?P<cls>\w+)",
         reference="vLLM 0.22.1 model_executor/models/utils.py:331-337; "
         "files/model/checkpoint_preflight.py",
+    ),
+    Signature(
+        id="vllm-fused-quant",
+        source="vllm-log",
+        severity=FAIL,
+        what="vLLM refused the checkpoint: the fused layer {layer} has parts quantized differently",
+        why="vLLM 0.22.1 builds the parts it fuses (q/k/v_proj, gate_proj and up_proj, "
+        "in_proj_qkv and in_proj_z, in_proj_b and in_proj_a, a MoE's experts) as one layer with "
+        "one quantization, and this checkpoint's quantization_config (extra_config) gives "
+        "{parts_words} different schemes (intel/auto-round#1726)",
+        fix="serve a checkpoint quantized with one scheme for the parts of each fused layer "
+        "(AutoRound: the same --layer_config for each part), then converge; rigup's checkpoint "
+        "preflight names such a layer at converge, before vLLM starts (files/model/"
+        "checkpoint_quant.py)",
+        pattern=r"Fused (?:module|MoE layer) '(?P<layer>[^']+)' requires consistent quant config"
+        r"(?: for (?P<parts>\[[^\]]*\]))?",
+        derive=lambda f: {
+            "parts_words": f"its parts {f['parts']}" if f.get("parts") else "its sub-layers"
+        },
+        reference="vLLM 0.22.1 model_executor/layers/quantization/inc.py (INCConfig "
+        "get_layer_config: 'Fused module ... requires consistent quant config for ...'); "
+        "intel/auto-round#1726",
     ),
     Signature(
         id="vllm-arch-inspect",
@@ -282,12 +305,17 @@ def classify_vllm_log(text: str | None, **fields: Any) -> list[Verdict]:
 
     Every line is named by the ``vllm-log`` signatures. The generic "engine failed" verdict is
     kept only when nothing more specific was recognised, and then says which Python error came
-    last before it; "failed to be inspected" names the error printed before it. ``fields`` fill
+    last before it (never a routine warning of :data:`rigup.diagnosis.routine.ROUTINE_WARNINGS`
+    that quotes an error); "failed to be inspected" names the error printed before it. ``fields`` fill
     templates the log cannot (``holders``: the processes holding GPU memory).
     """
     lines = clean_lines(text)
     verdicts, unrecognised = classify_lines("vllm-log", "\n".join(lines))
-    errors = [m.group(0) for line in unrecognised if (m := _ERROR_LINE.search(line))]
+    errors = [
+        m.group(0)
+        for line in unrecognised
+        if not is_routine(line, "vllm-log") and (m := _ERROR_LINE.search(line))
+    ]
     specific = [v for v in verdicts if v.severity == FAIL and v.id != "vllm-engine-failed"]
     out: list[Verdict] = []
     for v in verdicts:

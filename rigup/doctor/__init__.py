@@ -11,12 +11,14 @@ rendered from the settings by roles/doctor/config.py). Commands go through a ``r
 (``argv -> (exit status, output)``) and HTTP through a ``fetch`` (``url -> (status, text)``).
 
 The modules: ``core`` (the configuration, the runner, :class:`Section`), one module per
-section (``gpus`` for the driver, the GPUs and NVLink; ``services``; ``vllm_metrics``; ``disk``
+section (``boot`` for how the previous boot ended; ``gpus`` for the driver, the GPUs and
+NVLink; ``services``; ``vllm_metrics``; ``disk``
 for free disk and the venvs; ``cluster`` for a rig of a cluster of rigs), and ``summary`` (the whole diagnosis, its JSON and its text).
 """
 
 from __future__ import annotations
 
+from .boot import boot_state, check_boot
 from .cluster import boot_time, check_cluster, cluster_state, peer_words, read_watch_state
 from .core import (
     APPS_QUERY,
@@ -51,7 +53,7 @@ from .gpus import (
 )
 from .services import arm_in_place, block_size, check_services
 from .summary import doctor, render, report
-from .vllm_metrics import check_metrics, metrics_state, scrape
+from .vllm_metrics import check_metrics, custom_all_reduce, metrics_state, scrape
 
 __all__ = [
     "Runner",
@@ -69,6 +71,8 @@ __all__ = [
     "unit_of_pid",
     "gpu_holders",
     "holders_sentence",
+    "boot_state",
+    "check_boot",
     "check_driver",
     "check_gpus",
     "check_nvlink",
@@ -78,6 +82,7 @@ __all__ = [
     "scrape",
     "metrics_state",
     "check_metrics",
+    "custom_all_reduce",
     "existing",
     "check_disk",
     "uv_dry_run_argv",

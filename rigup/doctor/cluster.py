@@ -135,10 +135,13 @@ def read_watch_state(path: str) -> tuple[dict[str, Any] | None, str]:
         return None, ""
 
 
-def check_cluster(cfg: dict, runner: Runner = run, now: float | None = None) -> Section:
+def check_cluster(
+    cfg: dict, runner: Runner = run, now: float | None = None, boot: float | None = None
+) -> Section:
     """The cluster section of a rig of a cluster (``cfg["cluster"]``): the supervisor's timer
     and last check (``systemctl show``) and its state file. An empty section on a rig that
-    serves alone."""
+    serves alone. ``now`` and ``boot`` (seconds since the epoch) default to the host's clock
+    and this boot's time (:func:`boot_time`): a restart before ``boot`` is not this boot's."""
     section = Section("cluster")
     cluster = cfg.get("cluster")
     if not cluster:
@@ -154,7 +157,7 @@ def check_cluster(cfg: dict, runner: Runner = run, now: float | None = None) -> 
         service,
         watch,
         time.time() if now is None else now,
-        boot_time(),
+        boot_time() if boot is None else boot,
         unreadable,
     )
     section.verdicts = diagnosis.classify_cluster(state)

@@ -17,9 +17,19 @@ Fetch = Callable[[str], tuple[int, str]]
 
 CONFIG = "/etc/rigup/doctor/doctor.json"
 
-#: The sections of a diagnosis, in the order they print (``cluster`` only on a rig of a cluster
-#: of rigs: doctor.json has a ``cluster`` key).
-SECTIONS = ("driver", "gpus", "nvlink", "services", "metrics", "cluster", "disk", "venvs")
+#: The sections of a diagnosis, in the order they print (``boot``: how the previous boot ended;
+#: ``cluster`` only on a rig of a cluster of rigs: doctor.json has a ``cluster`` key).
+SECTIONS = (
+    "boot",
+    "driver",
+    "gpus",
+    "nvlink",
+    "services",
+    "metrics",
+    "cluster",
+    "disk",
+    "venvs",
+)
 
 #: What rigup-doctor reads of each GPU besides rigup's own query (nvidia-smi --help-query-gpu).
 TELEMETRY_FIELDS = (

@@ -9,6 +9,7 @@ from rigup import diagnosis
 from rigup import nvidia as nv
 
 from .core import APPS_QUERY, TELEMETRY_FIELDS, Runner, Section, run
+from .vllm_metrics import custom_all_reduce
 
 
 def _number(value: str) -> float | None:
@@ -103,6 +104,16 @@ def holders_sentence(holders: list[dict]) -> str:
     return "; ".join(parts)
 
 
+def branch_context(cfg: dict) -> dict:
+    """What the driver branches' known issues (rigup/diagnosis/driver_branches.py) read of the
+    rig's settings besides the driver state: ``gpu_count`` (declared GPUs) and
+    ``tensor_parallel`` (vLLM's tensor parallel size)."""
+    return {
+        "gpu_count": cfg["gpus"]["count"] or 0,
+        "tensor_parallel": (cfg.get("vllm") or {}).get("tensor_parallel_size") or 1,
+    }
+
+
 def check_driver(cfg: dict, runner: Runner = run, gpus: list[dict] | None = None) -> Section:
     """The NVIDIA driver (loaded, consistent, why not) and this boot's Xid events; ``gpus``
     (the GPU section's rows: index, pci_bus_id, name) names the GPU of each Xid."""
@@ -110,7 +121,10 @@ def check_driver(cfg: dict, runner: Runner = run, gpus: list[dict] | None = None
     if not cfg["gpus"]["count"]:
         section.verdicts = diagnosis.classify_gpus({"expected_count": 0, "gpus": []})
         return section
-    state = nv.driver_state(runner)
+    state = {**nv.driver_state(runner), **branch_context(cfg)}
+    driver = diagnosis.installed_driver(state.get("packages") or [])
+    if driver is not None and driver.branch == 595 and state["tensor_parallel"] > 1:
+        state["custom_all_reduce"] = custom_all_reduce(cfg, runner)
     found = diagnosis.classify_state("driver-state", state)
     found += diagnosis.classify_kernel_log(
         "\n".join(state.get("kernel_log") or []), diagnosis.gpu_labels(gpus or [])

@@ -9,12 +9,13 @@ from typing import Any
 
 from rigup import diagnosis
 
+from .boot import check_boot
 from .cluster import check_cluster
 from .core import SECTIONS, Fetch, Runner, Section, fetch, run
 from .disk import check_disk, check_venvs
 from .gpus import check_driver, check_gpus, check_nvlink, holders_sentence
 from .services import check_services
-from .vllm_metrics import check_metrics, scrape
+from .vllm_metrics import check_metrics, custom_all_reduce, scrape
 
 
 def doctor(
@@ -32,6 +33,8 @@ def doctor(
     started = time.monotonic()
     first = scrape(cfg, get) if "metrics" in only else ""
     sections: dict[str, Section] = {}
+    if "boot" in only:
+        sections["boot"] = check_boot(cfg, runner)
     wanted = {"driver", "gpus", "services"} & set(only)
     gpus = check_gpus(cfg, runner) if wanted else Section("gpus")
     if "driver" in only:
@@ -63,7 +66,9 @@ def doctor(
             left = window_s - (time.monotonic() - started)
             if left > 0:
                 sleep(left)
-            sections["metrics"] = check_metrics(cfg, first, get, facts.get("block_size"))
+            sections["metrics"] = check_metrics(
+                cfg, first, get, facts.get("block_size"), custom_all_reduce(cfg, runner)
+            )
     return [sections[name] for name in SECTIONS if name in sections]
 
 

@@ -148,6 +148,14 @@ class Interconnect:
 RTX3090_LINK_GBPS = 14.062
 
 
+#: ``nvidia-smi nvlink --status`` printed nothing: driver 580 lists no GPU when no bridge is
+#: fitted (canonical/checkbox#2617, 2026-06-26), where older drivers listed each GPU without links.
+NO_LINKS_AT_ALL = (
+    "no NVLink links reported at all: no bridge detected (nvidia-smi nvlink --status printed "
+    "nothing); with a bridge fitted: power off, reseat it on both cards, boot"
+)
+
+
 def verify_interconnect(
     links: list[GpuLinks],
     topology: dict[tuple[int, int], str],
@@ -164,7 +172,10 @@ def verify_interconnect(
     nvlink_problems: list[str] = []
     by_index = {gpu.index: gpu for gpu in links}
     active = {gpu.index: gpu.active for gpu in links}
-    for index in range(gpu_count):
+    if not links and gpu_count > 1:
+        # driver 580 prints nothing at all for GPUs without a bridge (canonical/checkbox#2617)
+        nvlink_problems.append(NO_LINKS_AT_ALL)
+    for index in range(gpu_count if links else 0):
         gpu = by_index.get(index)
         if gpu is None:
             nvlink_problems.append(

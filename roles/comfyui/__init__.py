@@ -12,6 +12,9 @@ Settings: every ``comfyui_*`` key (rules in roles/comfyui/settings.py). Layout
 - ``comfyui_base_dir`` (``--base-directory``): models/, custom_nodes/, input/, output/, user/
   (and ComfyUI's own temp/), owned by the service user. rigup creates the directories and never
   touches what is in them; model files are links into the model store.
+- ``<etc>/comfyui/workflows`` (/etc/rigup/comfyui/workflows): rigup's API workflows
+  (files/comfyui/workflows/*.json: FLUX.2 [dev] text to image, LTX-2.3 text to video),
+  root-owned, for rigup-bench --media and ``python3 -m rigup.media.bench`` (docs/media-workflows.md); not read by the service itself.
 - ``comfyui.service``: hardened, part of the media mode (roles/modes), counted as started once
   ``GET /system_stats`` answers. Its flags are checked by the pinned ComfyUI's own parser.
 """
@@ -34,7 +37,7 @@ from roles.comfyui.paths import BASE_SUBDIRS, ComfyuiPaths
 from roles.comfyui.release import release_of, release_source
 from roles.comfyui.settings import ComfyuiSettings
 from roles.common.operations import fingerprint
-from roles.common.placed import survey
+from roles.common.placed import directory_placed, file_placed, survey
 from roles.common.service import GpuService, ServiceSpec
 from roles.model import ModelStore, link_model_files
 from roles.nvidia.layer import NvidiaLayer, gpu_hold_back_reason
@@ -115,6 +118,23 @@ def comfyui(settings, store: ModelStore, nvidia: NvidiaLayer | None = None) -> N
         ),
         what="ComfyUI argument check",
     )
+
+    # rigup's API workflows for the media rows: read by rigup-bench, not by the service (so not
+    # tracked: a changed workflow restarts nothing).
+    shipped = sorted((FILES / "workflows").glob("*.json"))
+    survey((d.workflows, *(f"{d.workflows}/{w.name}" for w in shipped)))
+    directory_placed(
+        name=f"Directory {d.workflows}", path=d.workflows, user="root", group="root", mode="755"
+    )
+    for w in shipped:
+        file_placed(
+            name=f"Workflow {w.name}",
+            src=str(w),
+            dest=f"{d.workflows}/{w.name}",
+            user="root",
+            group="root",
+            mode="644",
+        )
 
     # The model manifests of comfyui_models, placed in the store (verified, atomic) and linked
     # into models/<folder> (each manifest's dest names the folder). ComfyUI follows the links;

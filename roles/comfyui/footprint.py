@@ -7,7 +7,13 @@ from typing import Any
 
 from roles.comfyui import settings
 from roles.comfyui.paths import UNIT, ComfyuiPaths
-from roles.common.footprint import ServiceFootprint, setting_or
+from roles.common.footprint import (
+    START_FLOOR_GIB,
+    START_FLOOR_SOURCE,
+    DiskNeeds,
+    ServiceFootprint,
+    setting_or,
+)
 from roles.common.setting import ServiceKeys
 
 
@@ -41,6 +47,13 @@ FOOTPRINT = ServiceFootprint(
     vram=vram,
     settings=settings,
     paths=ComfyuiPaths,
+    disk=DiskNeeds(
+        start_gib=START_FLOOR_GIB,
+        start_source=f"{START_FLOOR_SOURCE}; ComfyUI's own start is not measured yet (its "
+        "jobs' outputs go under its base directory, a ReadWritePaths= of its unit)",
+        venv_gib=5.6,
+        venv_source="ComfyUI's venv, 5.98 GB in the lab (docs/comfyui.md)",
+    ),
     install_key="comfyui_install",
     gpu_index_key="comfyui_gpu_index",
     share_keys=("comfyui_reserve_vram_gib",),

@@ -42,17 +42,27 @@ class GitCheckout(FactBase):
 
 
 @operation()
-def git_checkout_pinned(path: str, url: str, commit: str, version_check: str | None = None):
+def git_checkout_pinned(
+    path: str,
+    url: str,
+    commit: str,
+    version_check: str | None = None,
+    tree: str | None = None,
+):
     """Hold a git checkout of ``url`` at ``path`` on ``commit`` (detached HEAD).
 
     + path: work tree on the host (cloned when absent)
     + url: git URL or local mirror path; becomes/updates the ``origin`` remote
     + commit: full 40-hex commit id; fetched from origin when the clone lacks it
     + version_check: shell command run after a checkout that must pass (e.g. a version grep)
+    + tree: full 40-hex git tree id ``commit`` must have (``git rev-parse <commit>^{tree}``),
+      checked before the checkout; None checks nothing
 
     A no-op when HEAD is ``commit``, origin is ``url`` and the tree is clean. Raises
-    ``OperationError`` when the work tree has local changes (they are kept, never reset) or when
-    the commit is not in the repository at ``url``.
+    ``OperationError`` when the work tree has local changes (they are kept, never reset); the
+    commands fail when the commit is not in the repository at ``url``, or when its tree is not
+    ``tree`` (naming both ids; the work tree and HEAD are left as they were, and a clone this
+    run made is removed).
     """
     state = host.get_fact(GitCheckout, path=path)
     if state and state["dirty"]:
@@ -73,6 +83,13 @@ def git_checkout_pinned(path: str, url: str, commit: str, version_check: str | N
         f"git -C {q} cat-file -e {c}^{{commit}} 2>/dev/null || git -C {q} fetch --quiet origin {c}"
         f" || {{ echo 'commit {commit} is not in {url}' >&2; exit 1; }}"
     )
+    if tree:
+        cleanup = f"rm -rf {q}; " if state is None else ""
+        yield (
+            f"t=$(git -C {q} rev-parse --verify --quiet {shlex.quote(commit + '^{tree}')}); "
+            f'test "$t" = {shlex.quote(tree)} || {{ echo "commit {commit} has tree $t, the '
+            f'release lock pins tree {tree}: refused, nothing checked out" >&2; {cleanup}exit 1; }}'
+        )
     yield f"git -C {q} -c advice.detachedHead=false checkout --quiet --detach {c}"
     if version_check:
         yield version_check

@@ -20,13 +20,15 @@ BASE_SUBDIRS = ("models", "custom_nodes", "input", "output", "user")
 class ComfyuiPaths(ServicePaths):
     """:class:`ServicePaths` of ``comfyui`` plus the git checkout ``src`` (root-owned, read-only
     to the service), ``args_file``, ``base`` = ``--base-directory`` (models, custom_nodes, input,
-    output, user and ComfyUI's own temp; owned by the service user) and ComfyUI's ``database``
-    in it. The service's ``home`` holds caches (torch, Hugging Face) outside the user's tree."""
+    output, user and ComfyUI's own temp; owned by the service user), ComfyUI's ``database``
+    in it and ``workflows``: rigup's shipped API workflows (files/comfyui/workflows/*.json,
+    root-owned), which rigup-bench --media and ``python3 -m rigup.media.bench`` read. The service's ``home`` holds caches (torch, Hugging Face) outside the user's tree."""
 
     src: str
     args_file: str
     base: str
     database: str
+    workflows: str
 
     COMPONENT: ClassVar[str] = "comfyui"
 
@@ -38,4 +40,5 @@ class ComfyuiPaths(ServicePaths):
             "args_file": f"{base['etc']}/main-args.json",
             "base": user_base,
             "database": f"{user_base}/user/comfyui.db",
+            "workflows": f"{base['etc']}/workflows",
         }

@@ -1,9 +1,11 @@
 """The ComfyUI release a host runs: a tag (``comfyui_release``), pinned by its lock.
 
 A release lock is two files in ``files/comfyui/releases/`` (or ``comfyui_lock_dir``):
-``<tag>.toml`` (the commit the tag named and the version that commit declares) and
-``<tag>.requirements.lock`` (that commit's requirements.txt compiled by uv with every hash).
-With a lock, a host checks out exactly that commit and builds its venv from exactly that lock.
+``<tag>.toml`` (the commit the tag named, the version that commit declares and, optionally, the
+commit's tree id) and ``<tag>.requirements.lock`` (that commit's requirements.txt compiled by uv
+with every hash). With a lock, a host checks out exactly that commit (refused, before the
+checkout, when the lock names a tree id the commit does not have) and builds its venv from
+exactly that lock.
 
 Without one (a new release), the first run on a host that reaches the git remote locks it: the
 host fetches the tag and checks out the commit it names, compiles the commit's requirements.txt
@@ -50,15 +52,17 @@ class ReleaseError(DeployError):
 
 @dataclass(frozen=True)
 class Release:
-    """A ComfyUI release: ``tag``; ``commit`` and ``version`` from its lock (None before the
-    first run locks it); ``requirements``, the lock's requirements file; ``lock_file``, where the
-    lock is (or will be written)."""
+    """A ComfyUI release: ``tag``; ``commit``, ``version`` and ``tree`` (the commit's git tree
+    id, None when the lock names none) from its lock (None before the first run locks it);
+    ``requirements``, the lock's requirements file; ``lock_file``, where the lock is (or will
+    be written)."""
 
     tag: str
     lock_file: Path
     commit: str | None = None
     version: str | None = None
     requirements: Path | None = None
+    tree: str | None = None
 
     @property
     def locked(self) -> bool:
@@ -77,8 +81,9 @@ def lock_path(tag: str, lock_dir: str = "") -> Path:
 
 def load_release(tag: str, lock_dir: str = "", commit: str = "") -> Release:
     """The release ``tag`` with its lock applied, when there is one; ``commit`` (a setting for
-    mirrors that carry a commit of their own, as the lab's) replaces the locked commit. Raises
-    :class:`ReleaseError` for a lock that is malformed or made for another tag."""
+    mirrors that carry a commit of their own) replaces the locked commit, and with it the
+    lock's tree id (which names the locked commit's tree). Raises :class:`ReleaseError` for a
+    lock that is malformed or made for another tag."""
     path = lock_path(tag, lock_dir)
     if not path.is_file():
         return Release(tag=tag, lock_file=path, commit=commit or None)
@@ -97,6 +102,9 @@ def load_release(tag: str, lock_dir: str = "", commit: str = "") -> Release:
         problems.append(
             f"version: must be the version the commit declares, got {raw.get('version')!r}"
         )
+    tree = raw.get("tree")
+    if tree is not None and not (isinstance(tree, str) and _COMMIT.match(tree)):
+        problems.append(f"tree: must be the commit's 40-hex git tree id, got {tree!r}")
     requirements = path.with_name(f"{tag}.requirements.lock")
     if not requirements.is_file():
         problems.append(f"{requirements.name} is missing beside it")
@@ -112,6 +120,7 @@ def load_release(tag: str, lock_dir: str = "", commit: str = "") -> Release:
         commit=commit or raw["commit"],
         version=raw["version"],
         requirements=requirements,
+        tree=None if commit else tree,
     )
 
 
@@ -125,14 +134,16 @@ def release_of(settings: Any) -> Release:
     )
 
 
-def lock_text(tag: str, commit: str, version: str, origin: str) -> str:
-    """``<tag>.toml`` of a release lock."""
+def lock_text(tag: str, commit: str, version: str, origin: str, tree: str = "") -> str:
+    """``<tag>.toml`` of a release lock; ``tree`` (the commit's git tree id), when given, is
+    checked on the host before the checkout."""
     return (
         f"# rigup ComfyUI release lock (format 1): the commit release {tag} named when it was\n"
         f"# locked, and the version it declares; {tag}.requirements.lock beside it holds its\n"
         "# requirements.txt compiled by uv with every hash. Every rig with these files runs\n"
         f"# exactly this. Commit both; delete both to lock the release again.\n# {origin}\n"
         f'format = 1\nrelease = "{tag}"\ncommit = "{commit}"\nversion = "{version}"\n'
+        + (f'tree = "{tree}"\n' if tree else "")
     )
 
 
@@ -209,6 +220,7 @@ def release_source(settings: Any) -> tuple[Release, list[OperationMeta]]:
             path=d.src,
             url=settings.comfyui_git_url,
             commit=rel.commit,
+            tree=rel.tree,
             version_check=(
                 f"grep -qx '__version__ = \"{rel.version}\"' {version_file} || "
                 f"{{ echo 'ComfyUI {rel.tag}: {version_file} at {rel.commit} is not "

@@ -8,7 +8,7 @@ the key. Pure, standard library only.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 Check = Callable[[Any], "str | None"]
@@ -249,18 +249,17 @@ def contains(outer: str, inner: str) -> bool:
     return i.startswith(o)
 
 
-def flag_clashes(
-    extra: list[str] | tuple[str, ...], managed: Mapping[str, str], aliases: Mapping[str, str]
-) -> list[str]:
-    """Flags in ``extra`` (a service's extra arguments) that would set what a rigup setting sets:
-    ``managed`` maps each managed long flag to its setting (``{"--host": "vllm_host"}``),
-    ``aliases`` short or other spellings to their long flag (``{"-tp":
-    "--tensor-parallel-size"}``). Caught: the flag itself, ``--flag=value``, ``--flag_name``
-    with underscores (vLLM accepts it), ``--flag.key`` (vLLM's JSON keys), its aliases, and any
-    abbreviation of it (argparse takes an unambiguous prefix for the whole flag: ``--hos``).
-    Returns one message per clash: ``"--hos (an abbreviation of --host) sets what vllm_host
-    sets"``."""
-    problems = []
+def flag_matches(
+    extra: list[str] | tuple[str, ...], flags: Iterable[str], aliases: Mapping[str, str]
+) -> list[tuple[str, str, str]]:
+    """The tokens of ``extra`` (a service's extra arguments) that set one of ``flags`` (long
+    flags), as ``(token as written, flag, how)``; ``aliases`` maps short or other spellings to
+    their long flag. Caught: the flag itself, ``--flag=value``, ``--flag_name`` with
+    underscores (vLLM accepts it), ``--flag.key`` (vLLM's JSON keys), its aliases, and any
+    abbreviation of it (argparse takes an unambiguous prefix for the whole flag: ``--hos``);
+    ``how`` says which of these it was (``" (an abbreviation of --host)"``, or "")."""
+    flags = list(flags)
+    found = []
     for token in extra:
         if not token.startswith("-") or token == "--":
             continue
@@ -269,10 +268,24 @@ def flag_clashes(
             name = "--" + name[2:].split(".", 1)[0].replace("_", "-")
         flag = aliases.get(name, name)
         how = f" (an alias of {flag})" if flag != name else ""
-        if flag not in managed and name.startswith("--") and len(name) > 3:
-            prefixes = [m for m in managed if m.startswith(name)]
+        if flag not in flags and name.startswith("--") and len(name) > 3:
+            prefixes = [m for m in flags if m.startswith(name)]
             if prefixes:
                 flag, how = prefixes[0], f" (an abbreviation of {prefixes[0]})"
-        if flag in managed:
-            problems.append(f"{token.split('=', 1)[0]}{how} sets what {managed[flag]} sets")
-    return problems
+        if flag in flags:
+            found.append((token.split("=", 1)[0], flag, how))
+    return found
+
+
+def flag_clashes(
+    extra: list[str] | tuple[str, ...], managed: Mapping[str, str], aliases: Mapping[str, str]
+) -> list[str]:
+    """Flags in ``extra`` (a service's extra arguments) that would set what a rigup setting sets
+    (:func:`flag_matches`): ``managed`` maps each managed long flag to its setting
+    (``{"--host": "vllm_host"}``), ``aliases`` short or other spellings to their long flag
+    (``{"-tp": "--tensor-parallel-size"}``). Returns one message per clash: ``"--hos (an
+    abbreviation of --host) sets what vllm_host sets"``."""
+    return [
+        f"{token}{how} sets what {managed[flag]} sets"
+        for token, flag, how in flag_matches(extra, managed, aliases)
+    ]

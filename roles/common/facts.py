@@ -9,6 +9,8 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
+from rigup.units import changed_since
+
 #: Seconds uv waits for a lock (its cache, a venv, a Python install directory) held by another
 #: process before it gives up: a cache lock fails the run with uv's "Could not acquire lock ...
 #: Timeout (300s) when waiting for lock on `<path>`" (measured in the lab; a venv lock uv only
@@ -258,6 +260,34 @@ class UnitState(FactBase):
             "active": values.get("ActiveState") or "inactive",
             "sub": values.get("SubState") or "dead",
         }
+
+
+class UnitStartedBefore(FactBase):
+    """What a running ``unit`` started with and what changed on disk since: ``{"need_reload":
+    bool, "changed": [paths]}`` where ``changed`` are the ``paths`` (its unit file, environment
+    file and the inputs its role tracks) modified after its main process started
+    (ExecMainStartTimestamp, seconds; modified in the same second does not count) and
+    ``need_reload`` is systemd's NeedDaemonReload= (its unit changed without a daemon-reload).
+    None when the unit is not running: a stopped unit starts with what is on disk. A converge
+    interrupted between writing a unit's files and restarting it leaves it so."""
+
+    def command(self, unit: str, paths: tuple[str, ...] = ()) -> str:
+        show = (
+            "systemctl show --timestamp=unix -p ActiveState -p SubState -p NeedDaemonReload "
+            f"-p ExecMainStartTimestamp -- {shlex.quote(unit)} 2>/dev/null || true"
+        )
+        if not paths:
+            return show
+        quoted = " ".join(shlex.quote(p) for p in paths)
+        return f"{show}; stat -L -c '%Y %n' {quoted} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> dict[str, Any] | None:
+        props = dict(line.split("=", 1) for line in output if "=" in line and line[:1].isalpha())
+        if (props.get("ActiveState"), props.get("SubState")) != ("active", "running"):
+            return None
+        started = props.get("ExecMainStartTimestamp", "").lstrip("@")
+        changed = changed_since("\n".join(output), int(started) if started.isdigit() else None)
+        return {"need_reload": props.get("NeedDaemonReload") == "yes", "changed": changed}
 
 
 def unit_is_up(state: dict[str, str]) -> bool:

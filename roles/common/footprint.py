@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from rigup.diagnosis import DISK_FULL_GIB
 from roles.common.paths import ServicePaths
 from roles.common.setting import RuleOver, ServiceKeys
 
@@ -38,6 +39,33 @@ class GpuShare:
     gpu: int
     gib: float
     how: str
+
+
+@dataclass(frozen=True)
+class DiskNeeds:
+    """The free space a service needs, GiB (2**30 bytes), each figure with its source.
+
+    + start_gib: what one start writes on each file system it writes (its home with its
+      ``tmp`` and caches, its ``ReadWritePaths=``): needed free there before a converge restarts
+      it (roles/common/preflight.py :func:`require_free_space`); start_source: how it was measured
+    + venv_gib: its venv, needed free on the uv cache's file system (uv unpacks the wheels there
+      and hard-links them into the venv) and again on the venv's when that is another file
+      system, before a converge (re)builds the venv; venv_source: where the figure comes from
+    """
+
+    start_gib: float
+    start_source: str
+    venv_gib: float
+    venv_source: str
+
+
+#: The least free space, GiB, a service's start needs on each file system it writes: the
+#: doctor's ``disk/full`` threshold (rigup.diagnosis.DISK_FULL_GIB), so that the converge never
+#: restarts a service onto a file system the doctor calls full. A service whose start was
+#: measured to write more declares more.
+START_FLOOR_GIB = DISK_FULL_GIB
+#: the words every footprint's ``start_source`` begins with
+START_FLOOR_SOURCE = "the doctor's disk/full threshold (rigup.diagnosis.DISK_FULL_GIB)"
 
 
 #: A service's VRAM formula: settings (``host.data`` or a mapping) -> ``[(gpu, gib, how)]``, its
@@ -76,6 +104,7 @@ class ServiceFootprint:
       (not a difference from the lock: roles/common/facts.py UvSyncPending)
     + sandbox_ceiling: the ``systemd-analyze security`` exposure its unit may not exceed
       (testinfra; 0 safe ... 10 exposed; the lab's systemd 257 measured 1.5 or less)
+    + disk: the free space a start and a venv build need (:class:`DiskNeeds`)
     """
 
     name: str
@@ -87,6 +116,7 @@ class ServiceFootprint:
     vram: VramFormula
     settings: ModuleType
     paths: type[ServicePaths]
+    disk: DiskNeeds
     install_key: str = ""
     gpu_index_key: str = ""
     share_keys: tuple[str, ...] = ()

@@ -28,7 +28,7 @@ def version_check(lock: Path, package: str, key: str):
     """A settings checker: the value must be the version ``lock`` pins for ``package``.
 
     The setting documents the release; the lock decides it. A user who edits only the setting
-    is told to regenerate the lock (README, Maintenance).
+    is told to regenerate the lock (docs/maintenance.md).
     """
 
     def check(value):
@@ -36,8 +36,8 @@ def version_check(lock: Path, package: str, key: str):
         if value != pinned:
             return (
                 f"{value!r} but {lock.parent.name}/{lock.name} pins {package}=={pinned}; the lock "
-                f"decides what is installed: regenerate it for a new release (README, "
-                f"Maintenance), then set {key} to match"
+                f"decides what is installed: regenerate it for a new release "
+                f"(docs/maintenance.md), then set {key} to match"
             )
         return None
 

@@ -6,6 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+#: where rigup links the commands a user runs (rigup-explain, rigup-doctor ...) so that they are
+#: on PATH (Ubuntu's default PATH holds it; /usr/local is the local administrator's, not dpkg's)
+LINK_DIR = "/usr/local/bin"
+
 
 @dataclass(frozen=True)
 class Layout:

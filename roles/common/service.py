@@ -28,18 +28,20 @@ from pyinfra.facts.files import File
 from pyinfra.operations import server, systemd
 from pyinfra.operations.util import any_changed
 
-from roles.common.facts import ListeningSockets, UnitState
-from roles.common.footprint import ServiceFootprint
+from roles.common.facts import ListeningSockets, UnitStartedBefore, UnitState
+from roles.common.footprint import DiskNeeds, ServiceFootprint
 from roles.common.libraries import host_package
 from roles.common.operations import check_passes, secret_file, service_account
-from roles.common.paths import Layout, ServicePaths
+from roles.common.paths import LINK_DIR, Layout, ServicePaths
 from roles.common.placed import (
     directory_placed,
     file_absent,
     file_placed,
+    link_placed,
     survey,
     template_placed,
 )
+from roles.common.preflight import require_free_space, service_space_needs
 from roles.common.urls import is_loopback, local_probe_url, port_holders
 from roles.common.venv import LockedVenv, locked_venv
 
@@ -92,6 +94,8 @@ class ServiceSpec:
       IPAddressDeny= of a unit bound to loopback
     + connects_out: it connects to other hosts (the router to its replica rigs), so a loopback
       bind does not confine it to localhost (no ``IPAddressDeny=any``)
+    + disk: the free space a start and a venv build need (its footprint's
+      :class:`roles.common.footprint.DiskNeeds`); None: not checked
     """
 
     unit: str
@@ -126,6 +130,7 @@ class ServiceSpec:
     peer_addresses: tuple[str, ...] = ()
     ready_exec: str = ""
     connects_out: bool = False
+    disk: DiskNeeds | None = None
 
     @classmethod
     def of(
@@ -151,6 +156,7 @@ class ServiceSpec:
             port=settings.get(keys.port),
             port_key=keys.port,
             start_timeout_s=settings.get(keys.start_timeout_s),
+            disk=footprint.disk,
         )
         return cls(**{**fields, **differs})
 
@@ -177,21 +183,29 @@ class GpuService:
     + settings: the host's checked settings; spec: the :class:`ServiceSpec`
     + changes: operations whose change means the running service must restart (tracked by the
       steps; a role adds its own with :meth:`track`)
+    + inputs: the files those operations write (compared with the running service's start:
+      :class:`roles.common.facts.UnitStartedBefore`)
     """
 
     settings: Any
     spec: ServiceSpec
     changes: list[OperationMeta] = field(default_factory=list)
     software: list[OperationMeta] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    venvs: list[tuple[OperationMeta, str]] = field(default_factory=list)
 
     @property
     def layout(self) -> Layout:
         return Layout.from_data(self.settings)
 
-    def track(self, *ops: OperationMeta, software: bool = False) -> None:
+    def track(
+        self, *ops: OperationMeta, software: bool = False, paths: tuple[str, ...] = ()
+    ) -> None:
         """Restart the running service when any of ``ops`` changed; ``software``: they change
-        what is installed, so the on-host checks run again too."""
+        what is installed, so the on-host checks run again too; ``paths``: the files they write,
+        which a later run compares with the running service's start (an interrupted run)."""
         self.changes.extend(ops)
+        self.inputs.extend(paths)
         if software:
             self.software.extend(ops)
 
@@ -231,7 +245,8 @@ class GpuService:
         """The service's locked venv, tracked: :func:`roles.common.venv.locked_venv` with
         ``venv_args`` (what, contents, lock_src, lock, venv, python, mislabelled)."""
         built: LockedVenv = locked_venv(self.settings, **venv_args)
-        self.track(built.lock, built.venv, software=True)
+        self.track(built.lock, built.venv, software=True, paths=(venv_args["lock"],))
+        self.venvs.append((built.venv, built.path))
         return built
 
     def api_key(self, key: str | None, key_env: str, secrets_dir: str, key_file: str, var: str):
@@ -248,7 +263,8 @@ class GpuService:
                 path=key_file,
                 secret=f"{var}={key}\n" if key else None,
                 what=f"{self.spec.component} API key (${key_env})",
-            )
+            ),
+            paths=(key_file,),
         )
 
     def put(self, name: str, src: Path | StringIO, dest: str, mode: str = "644"):
@@ -256,7 +272,7 @@ class GpuService:
         op = file_placed(
             name=name, src=src if isinstance(src, StringIO) else str(src), dest=dest, mode=mode
         )
-        self.track(op)
+        self.track(op, paths=(dest,))
         return op
 
     def check(
@@ -323,14 +339,36 @@ class GpuService:
             loopback_only=s.localhost_only,
             jinja_env_kwargs=dict(JINJA),
         )
-        systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
-        self.track(env_file, unit)
-        if not s.mode:  # a service that uses no GPU (the router): started at boot, in no mode
-            boot_unit_state(s, any_changed(*self.changes))
-            return unit
-        mode_unit_state(
-            s, target, blocker, any_changed(*self.changes), unit, rigup_start(self.settings), hint
+        self.track(env_file, unit, paths=(s.env_file, s.unit_path))
+        # what the running service started with, against what is on disk now (before this run's
+        # changes): a run interrupted between writing its files and restarting it left it older
+        stale = host.get_fact(UnitStartedBefore, unit=s.unit, paths=tuple(self.inputs))
+        if stale and stale["need_reload"]:
+            systemd.daemon_reload(name=f"systemd daemon-reload ({s.unit}'s unit changed on disk)")
+        else:
+            systemd.daemon_reload(name="systemd daemon-reload", _if=unit.did_change)
+        restart_if = any_changed(*self.changes)
+        if stale and (stale["changed"] or stale["need_reload"]):
+            restart_if = None  # restart whatever this run changes: it runs an older configuration
+            logger.warning(
+                f"[{host.name}] {s.unit} runs an older configuration than the one on disk "
+                f"({', '.join(stale['changed']) or 'NeedDaemonReload=yes'} changed since it "
+                "started): restarting it"
+            )
+        # before any change: room on the file systems a restart and a venv sync write
+        starts = blocker is None and (
+            restart_if is None or any(o.will_change for o in self.changes)
         )
+        if s.mode and starts:  # a GPU service is restarted only when it runs (its mode starts it)
+            state = host.get_fact(UnitState, unit=s.unit) or {"active": "inactive"}
+            starts = state["active"] in ("active", "activating", "reloading")
+        venvs = [(venv, op.will_change) for op, venv in self.venvs]
+        needs, changes = service_space_needs(s, self.layout.uv_cache, venvs, starts)
+        require_free_space(needs, " and ".join(changes))
+        if not s.mode:  # a service that uses no GPU (the router): started at boot, in no mode
+            boot_unit_state(s, restart_if)
+            return unit
+        mode_unit_state(s, target, blocker, restart_if, unit, rigup_start(self.settings), hint)
         return unit
 
 
@@ -355,11 +393,13 @@ def service_tools(settings: Any) -> None:
     """``<prefix>/bin/wait-ready`` (the readiness wait of every service unit, ExecStartPost=),
     ``<prefix>/bin/rigup-start`` (start or restart units, failing with the journal unless
     each is up afterwards) and ``<prefix>/bin/rigup-explain`` (why a unit is not up: the
-    diagnosis table's verdicts, which rigup-start prints), with the package it imports
-    (rigup: rigup.units, rigup.diagnosis) in ``<prefix>/lib``."""
+    diagnosis table's verdicts, which rigup-start prints; linked in ``/usr/local/bin`` so a user
+    runs it by name), with the package it imports (rigup: rigup.units, rigup.diagnosis) in
+    ``<prefix>/lib``."""
     layout = Layout.from_data(settings)
     scripts = ("wait-ready", "rigup-start", "rigup-explain")
-    survey([layout.bin, layout.lib, *(f"{layout.bin}/{script}" for script in scripts)])
+    explain = f"{LINK_DIR}/rigup-explain"
+    survey([layout.bin, layout.lib, explain, *(f"{layout.bin}/{script}" for script in scripts)])
     for path in (layout.bin, layout.lib):
         directory_placed(name=f"Directory {path}", path=path, mode="755")
     host_package(layout.lib)
@@ -374,6 +414,7 @@ def service_tools(settings: Any) -> None:
             dest=f"{layout.bin}/{script}",
             mode="755",
         )
+    link_placed(name=f"{explain} on PATH", path=explain, target=f"{layout.bin}/rigup-explain")
 
 
 def rigup_start(settings: Any) -> str:
@@ -396,7 +437,7 @@ def restarted_if_up(unit: str, rigup_start: str):
 def boot_unit_state(spec: ServiceSpec, restart_if) -> None:
     """A service that uses no GPU (``spec.mode`` empty: roles.common.footprint.NO_GPU):
     enabled in its target (multi-user.target), running, and restarted when ``restart_if``
-    (anything it runs changed)."""
+    (anything it runs changed; None: unconditionally, it runs an older configuration)."""
     systemd.service(
         name=f"{spec.unit} enabled at boot and running",
         service=spec.unit,
@@ -415,7 +456,8 @@ def boot_unit_state(spec: ServiceSpec, restart_if) -> None:
 def mode_unit_state(
     spec: ServiceSpec, target: str, blocker, restart_if, unit_op, start_script: str, hint=""
 ) -> None:
-    """State of a service in its GPU mode (roles/modes); see :meth:`GpuService.install`."""
+    """State of a service in its GPU mode (roles/modes); see :meth:`GpuService.install`
+    (``restart_if`` None: restart it if running, unconditionally)."""
     unit = spec.unit
     if blocker is None:
         systemd.service(

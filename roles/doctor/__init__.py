@@ -7,7 +7,9 @@
   (rigup/diagnosis).
 + ``rigup-bench``: the seed's rows with vLLM's own ``vllm bench serve`` against vllm.service,
   /metrics deltas, GPU readings, a prefix-cache self-test, A/B arms through a temporary drop-in
-  (restored and verified), a JSON record per run under ``<state>/bench``.
+  (restored and verified), a JSON record per run under ``<state>/bench``; ``--media`` in the
+  media mode: FLUX.2 and LTX-2.3 rows through ComfyUI (rigup/bench/media.py; the workflows are
+  the ComfyUI role's, doctor.json's ``media`` key names them and ComfyUI's URL).
 + ``rigup-report``: a paste-ready Markdown post (English and 中文), host names, addresses,
   serials, UUIDs and tokens redacted.
 
@@ -33,7 +35,7 @@ from roles.cluster.inventory import this_member
 from roles.common.facts import AllowedCpus
 from roles.common.libraries import host_package
 from roles.common.operations import check_passes, fingerprint
-from roles.common.paths import Layout
+from roles.common.paths import LINK_DIR, Layout
 from roles.common.placed import (
     directory_placed,
     file_absent,
@@ -42,7 +44,7 @@ from roles.common.placed import (
     survey,
 )
 from roles.doctor.config import arm_files, doctor_config
-from roles.doctor.paths import COMMANDS, FILES, LINK_DIR, DoctorPaths
+from roles.doctor.paths import COMMANDS, FILES, DoctorPaths
 from roles.doctor.settings import arm_problems
 from roles.model import PlacedModel
 from roles.vllm import LOCKS

@@ -11,6 +11,8 @@ from typing import Any
 from roles import services as registry
 from roles.cluster.member import ClusterMember
 from roles.cluster.watch import doctor_view
+from roles.comfyui.paths import UNIT as COMFYUI_UNIT
+from roles.comfyui.paths import ComfyuiPaths
 from roles.common.footprint import MODES
 from roles.common.paths import Layout
 from roles.common.urls import local_probe_url
@@ -21,6 +23,7 @@ from roles.modes import mode_services
 from roles.nvidia.paths import NvidiaPaths
 from roles.vllm import served_args, service_spec
 from roles.vllm.paths import VllmPaths
+from roles.voxcpm.paths import VoxcpmPaths
 
 
 class Overlay:
@@ -99,7 +102,8 @@ def doctor_config(
     host's allowed CPUs, for the CPU build's arguments; ``member``: its place in a cluster of
     rigs, roles/cluster/inventory.py ``this_member``, None when it serves alone). What vLLM
     runs with is read from the arguments it is served with (the CPU build leaves out the FP8
-    KV cache and MTP). A rig of a cluster gets a ``cluster`` key (roles/cluster/watch.py
+    KV cache and MTP). A rig with ComfyUI (comfyui_install) gets a ``media`` key
+    (:func:`media_view`). A rig of a cluster gets a ``cluster`` key (roles/cluster/watch.py
     ``doctor_view``: rigup-doctor's cluster section); a rig alone has none."""
     layout = Layout.from_data(data)
     args = served(data, model_dir, list(cpus), member)
@@ -172,9 +176,39 @@ def doctor_config(
             "rigup_start": f"{layout.bin}/rigup-start",
         },
     }
+    if data.get("comfyui_install"):
+        config["media"] = media_view(data, services)
+    if data.get("voxcpm_install"):
+        config["speech"] = speech_view(data)
     if member is not None:
         config["cluster"] = doctor_view(data, member)
     return config
+
+
+def media_view(data: Any, services: Mapping[str, list[str]]) -> dict[str, str]:
+    """doctor.json's ``media`` (rigup-bench --media, rigup/bench/media.py): ComfyUI's unit, the
+    mode it runs in and that mode's target, its local URL (no trailing slash) and the directory
+    of rigup's shipped workflows (roles/comfyui places them)."""
+    mode = next((m for m, units in services.items() if COMFYUI_UNIT in units), "media")
+    return {
+        "unit": COMFYUI_UNIT,
+        "mode": mode,
+        "target": MODES[mode],
+        "url": local_probe_url(str(data.get("comfyui_host")), data.get("comfyui_port"), ""),
+        "workflows": ComfyuiPaths.from_data(data).workflows,
+    }
+
+
+def speech_view(data: Any) -> dict[str, str]:
+    """doctor.json's ``speech`` (rigup-free speech, rigup/media/free.py): the speech server's
+    local URL (no trailing slash), the root-only file holding its API key and the variable
+    named there (files/voxcpm/voxcpm_server.py reads VOXCPM_API_KEY)."""
+    return {
+        "unit": "voxcpm.service",
+        "url": local_probe_url(str(data.get("voxcpm_host")), data.get("voxcpm_port"), ""),
+        "api_key_file": VoxcpmPaths.from_data(data).api_key_file,
+        "api_key_name": "VOXCPM_API_KEY",
+    }
 
 
 def _env_line(name: str, value: Any) -> str:

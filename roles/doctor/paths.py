@@ -10,9 +10,7 @@ from roles.common.paths import Layout, ToolPaths
 
 #: rigup's files for the doctor on the controller (the commands)
 FILES = Path(__file__).resolve().parents[2] / "files" / "doctor"
-COMMANDS = ("rigup-doctor", "rigup-bench", "rigup-report")
-#: where the commands are linked so that they are on PATH
-LINK_DIR = "/usr/local/bin"
+COMMANDS = ("rigup-doctor", "rigup-bench", "rigup-report", "rigup-free")
 #: rigup-bench's temporary drop-in for an A/B arm: under /run, so a reboot removes it too
 ARM_DROPIN_DIR = "/run/systemd/system/vllm.service.d"
 ARM_DROPIN = f"{ARM_DROPIN_DIR}/50-rigup-bench-arm.conf"

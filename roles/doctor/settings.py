@@ -101,6 +101,11 @@ def bench_arms(value: Any) -> str | None:
             return f"arm {name}: unknown keys {sorted(unknown)}"
         if (problem := env_mapping(arm.get("env", {}))) is not None:
             return f"arm {name}: env {problem}"
+        if vllm_settings.DEV_MODE_ENV in arm.get("env", {}):
+            return (
+                f"arm {name}: env {vllm_settings.DEV_MODE_ENV} opens vLLM's unguarded dev-mode "
+                "routes; rigup sets it from vllm_server_dev_mode alone (checked against vllm_host)"
+            )
         unset = arm.get("unset", [])
         if not isinstance(unset, (list, tuple)) or not all(
             isinstance(u, str) and ENV_NAME.match(u) for u in unset

@@ -245,7 +245,7 @@ def model_backup(settings, store: ModelStore) -> None:
     """Copy every placed model (``<model_store_dir>/<name>/<revision>`` with its record) to
     ``model_backup_dir``, each file checked against the sha256 recorded at placement, each model
     renamed into place when complete; models already in the backup are skipped. Restore: add
-    the backup directory to ``model_local_dirs`` (docs/models.md, README "Rebuild")."""
+    the backup directory to ``model_local_dirs`` (docs/models.md, docs/rig.md "Rebuild after a disk failure")."""
     to = settings.model_backup_dir
     if not to:
         raise DeployError(

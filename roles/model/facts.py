@@ -7,27 +7,6 @@ import shlex
 from pyinfra.api import FactBase
 
 
-class FreeBytes(FactBase):
-    """Bytes available to root-owned files on the filesystem that holds ``path`` (or its nearest
-    existing parent): an int, or None when ``df`` gives no figure.
-
-    Reads ``df -B1 --output=avail`` (GNU coreutils; output: a header line, then the number).
-    """
-
-    def command(self, path: str) -> str:
-        q = shlex.quote(path)
-        return (
-            f'p={q}; while ! test -e "$p" && test "$p" != /; do p=$(dirname "$p"); done; '
-            'df -B1 --output=avail "$p" 2>/dev/null | tail -n 1'
-        )
-
-    def process(self, output: list[str]) -> int | None:
-        for line in reversed(output):
-            if line.strip().isdigit():
-                return int(line.strip())
-        return None
-
-
 class ModelCandidates(FactBase):
     """Local copies of a model under the roots of ``model_local_dirs``, in the order the local
     source tries them (files/model/model_fetch.py ``local_candidates``):

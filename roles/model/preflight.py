@@ -9,8 +9,9 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import Directory
 
 from roles.common.facts import DirectoryInventory
+from roles.common.preflight import FreeSpace
 from roles.model.commands import layout
-from roles.model.facts import FreeBytes, ModelCandidates
+from roles.model.facts import ModelCandidates
 from roles.model.manifest import Manifest
 
 
@@ -75,7 +76,7 @@ def require_source(data: Any, manifest: Manifest, dest: str, lock_file: str | No
             )
         total = sum(size for rel, size in inventory.items() if manifest.selects(rel))
     if total is not None:
-        free = host.get_fact(FreeBytes, path=dest)
+        free = (host.get_fact(FreeSpace, paths=(dest,)) or {}).get(dest, {}).get("free_bytes")
         if free is not None and total + layout.SPARE_BYTES > free:
             raise DeployError(
                 f"model {manifest.name}@{manifest.revision}: {total / 1e9:.2f} GB to place + "

@@ -15,6 +15,7 @@ from pyinfra.operations import apt, files, python, server
 from pyinfra.operations.util import any_changed
 
 from roles.common.placed import directory_placed, file_placed, template_placed
+from roles.nvidia.branches import HOLD_PREFIXES
 from roles.nvidia.facts import (
     KernelPackages,
     NvidiaDriverState,
@@ -24,10 +25,9 @@ from roles.nvidia.facts import (
     NvidiaPciGpus,
     SystemdUnits,
 )
-from roles.nvidia.operations import driver_held, refuse, report
+from roles.nvidia.operations import driver_held, driver_switched, refuse, report
 from roles.nvidia.paths import BOOT_UNITS, FILES, NvidiaPaths
 from roles.nvidia.preflight import (
-    HOLD_PREFIXES,
     driver_packages,
     driver_preflight,
     kernel_hold,
@@ -92,6 +92,10 @@ def preflight_or_refuse(settings, is_local: bool) -> DriverFacts:
 def blacklist_nouveau() -> OperationMeta:
     """Blacklist nouveau and regenerate the initramfs when that changed; returns the
     regeneration (it makes a reboot needed)."""
+    # The layer alone (deploys/nvidia.py) on a host whose lists predate the wanted branch finds
+    # no package of it ("Unable to locate package nvidia-driver-595-open", a bare lab machine);
+    # the same refresh as the base layer's, so a full converge refreshes once.
+    apt.update(name="Refresh apt lists (at most daily)", cache_time=24 * 3600)
     prerequisites = ["pciutils", "mokutil", "kmod"]
     if not host.get_fact(Which, command="update-initramfs"):
         prerequisites.append(INITRAMFS_GENERATOR)  # a host with one keeps it: they conflict
@@ -137,9 +141,36 @@ def nvidia_repository(settings, np: NvidiaPaths) -> None:
     )
 
 
-def install_and_hold(wanted: list[str], held_kernel: tuple[str, ...]) -> OperationMeta:
+@dataclass(frozen=True)
+class _Either:
+    """Two operations whose changes count as one (``did_change``): the driver's switch and its
+    install."""
+
+    first: OperationMeta
+    second: OperationMeta
+
+    def did_change(self) -> bool:
+        return self.first.did_change() or self.second.did_change()
+
+
+def install_and_hold(
+    settings, wanted: list[str], held_kernel: tuple[str, ...]
+) -> OperationMeta | _Either:
     """Install the driver packages ``wanted`` and hold them, with the kernel meta-packages
-    ``held_kernel``, against apt and unattended upgrades; returns the install."""
+    ``held_kernel``, against apt and unattended upgrades; returns the install. On the Ubuntu
+    path a host with another branch or variant installed gets it switched first
+    (:func:`roles.nvidia.operations.driver_switched`: one apt transaction)."""
+    switch = None
+    if settings.nvidia_install_path == "ubuntu":
+        switch = driver_switched(
+            name=(
+                f"Driver branch {settings.nvidia_driver_branch}, variant "
+                f"{settings.nvidia_driver_variant} (another driver's packages removed)"
+            ),
+            wanted=wanted,
+            branch=settings.nvidia_driver_branch,
+            variant=settings.nvidia_driver_variant,
+        )
     install = apt.packages(
         name=f"Driver {' + '.join(wanted)}",
         packages=wanted,
@@ -158,7 +189,7 @@ def install_and_hold(wanted: list[str], held_kernel: tuple[str, ...]) -> Operati
         prefixes=HOLD_PREFIXES,
         extra=held_kernel,
     )
-    return install
+    return install if switch is None else _Either(install, switch)
 
 
 def reboot_when_needed(settings, is_local: bool, needed: Callable[[], bool]) -> None:
@@ -212,7 +243,7 @@ def nvidia_driver(settings, tools: NvidiaTools) -> bool:
     initramfs = blacklist_nouveau()
     if settings.nvidia_install_path == "nvidia-repo":
         nvidia_repository(settings, np)
-    install = install_and_hold(wanted, kernel_hold(settings, flavour))
+    install = install_and_hold(settings, wanted, kernel_hold(settings, flavour))
 
     # A reboot can only be needed for a reason known now, or because this run installs the driver
     # or blacklists nouveau; a converged host gets no reboot operation at all.

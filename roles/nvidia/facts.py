@@ -82,7 +82,8 @@ class NvidiaPackages(FactBase):
     def command(self) -> str:
         return (
             "dpkg-query -W -f='pkg ${db:Status-Abbrev} ${Package} ${Version}\\n' "
-            "'nvidia-*' 'libnvidia-*' 'linux-modules-nvidia-*' 'cuda-keyring' 'cuda-drivers*' "
+            "'nvidia-*' 'libnvidia-*' 'linux-modules-nvidia-*' 'xserver-xorg-video-nvidia-*' "
+            "'cuda-keyring' 'cuda-drivers*' "
             "2>/dev/null; "
             f"grep -rlsF {NVIDIA_REPO_MARKER} /etc/apt/sources.list /etc/apt/sources.list.d "
             "| sed 's/^/source /'; "

@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from roles.nvidia.branches import modules_metapackage
+
 _UBUNTU_KERNEL = re.compile(r"^\d+\.\d+\.\d+-\d+-([a-z][a-z0-9-]*)$")
 _VERSIONED = re.compile(r"^\d+\.\d+\.\d+-\d+-([a-z][a-z0-9-]*)$")
 
@@ -39,10 +41,11 @@ class KernelFlavour:
     name: str
     metapackages: tuple[str, ...]
 
-    def modules_package(self, branch: int | str) -> str:
-        """``linux-modules-nvidia-<branch>-open-<name>``: Canonical's signed prebuilt modules
+    def modules_package(self, branch: int, variant: str = "open") -> str:
+        """``linux-modules-nvidia-<branch><variant suffix>-<name>``
+        (:func:`roles.nvidia.branches.modules_metapackage`): Canonical's signed prebuilt modules
         for this flavour, following its kernels."""
-        return f"linux-modules-nvidia-{branch}-open-{self.name}"
+        return modules_metapackage(branch, variant, self.name)
 
 
 def _depends(field: str) -> list[str]:

@@ -9,6 +9,7 @@ from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 from pyinfra.api.exceptions import OperationError
 
+from roles.nvidia.branches import driver_metapackage, other_driver_packages
 from roles.nvidia.cuda_headers import (
     MATH_FUNCTIONS_H,
     HeaderError,
@@ -112,3 +113,26 @@ def refuse(message: str) -> None:
 def report(message: str) -> None:
     """For ``python.call``: print ``message`` as a warning when the operation runs."""
     logger.warning(message)
+
+
+@operation()
+def driver_switched(wanted: list[str], branch: int, variant: str):
+    """Switch the Ubuntu path's driver to ``branch``/``variant`` where another one is installed:
+    release the holds of the other driver's packages
+    (:func:`roles.nvidia.branches.other_driver_packages`) and, in ONE apt transaction, install
+    ``wanted`` and remove them (``apt-get install <wanted> <other>-``), so the host never has two
+    drivers' libraries nor none. Removed, not purged: configuration files stay. Evaluated when it
+    runs; a no-op where no other driver's package is installed. The holds of what is installed
+    then follow (:func:`driver_held`)."""
+    installed = (host.get_fact(NvidiaPackages) or {}).get("installed", {})
+    others = other_driver_packages(installed, branch, variant)
+    if not others:
+        host.noop(f"no other driver than {driver_metapackage(branch, variant)} installed")
+        return
+    quoted = " ".join(shlex.quote(n) for n in others)
+    yield f"apt-mark unhold {quoted}"
+    yield (
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+        "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "
+        + " ".join(shlex.quote(n) for n in [*wanted, *(f"{o}-" for o in others)])
+    )

@@ -18,14 +18,9 @@ from rigup.nvidia import (
     plan_power_limits,
     verify_interconnect,
 )
+from roles.nvidia.branches import driver_metapackage, switch_warnings
 from roles.nvidia.kernel import KernelFlavour, installed_flavour, kernel_flavour, uname_flavour
 from roles.nvidia.paths import BOOT_UNITS, PERSISTENCED
-
-#: Package name prefixes of the driver that rigup holds (the exact-version dependencies of
-#: nvidia-driver-<b>-open). On the Ubuntu path the kernel meta-packages of the running kernel's
-#: flavour are held too: prebuilt modules exist per kernel, so kernel and driver move together,
-#: when you run rigup.
-HOLD_PREFIXES = ("nvidia-", "libnvidia-", "linux-modules-nvidia-", "xserver-xorg-video-nvidia-")
 
 #: How a warning names a fault a reboot fixes: the run reboots the host, or (nvidia_driver_next_boot)
 #: leaves it to the next boot. The deploy collects the warnings ending so as its reboot reasons.
@@ -41,18 +36,22 @@ _NEXT_KERNEL_LOADS = "driver-not-loaded/not-installed-for-kernel"
 
 
 def driver_packages(data: Any, flavour: KernelFlavour | None) -> list[str]:
-    """Packages of the chosen install path for ``nvidia_driver_branch``.
+    """Packages of the chosen install path for ``nvidia_driver_branch`` and
+    ``nvidia_driver_variant``.
 
-    ubuntu: ``nvidia-driver-<b>-open`` + ``linux-modules-nvidia-<b>-open-<flavour>`` (Canonical's
-    prebuilt, signed modules for the kernel meta-package ``flavour``; the modules package
-    provides ``nvidia-dkms-<b>-open``, so no DKMS — Ubuntu 26.04 archive, restricted, 2026-11).
-    nvidia-repo: ``nvidia-open`` held to the branch by an apt preference (NVIDIA Driver
-    Installation Guide, Ubuntu, open kernel modules).
+    ubuntu: ``nvidia-driver-<b><suffix>`` + ``linux-modules-nvidia-<b><suffix>-<flavour>``
+    (roles/nvidia/branches.py: suffix ``-open``, ``""`` closed, ``-server``, ``-server-open``;
+    Canonical's prebuilt, signed modules for the kernel meta-package ``flavour``; the modules
+    package provides ``nvidia-dkms-<b><suffix>``, so no DKMS — Ubuntu 26.04 archive, restricted,
+    2026-12). nvidia-repo: ``nvidia-open`` held to the branch by an apt preference (NVIDIA Driver
+    Installation Guide, Ubuntu, open kernel modules; the settings check allows only the open
+    variant there).
     """
     branch = data.get("nvidia_driver_branch")
+    variant = data.get("nvidia_driver_variant") or "open"
     if data.get("nvidia_install_path") == "ubuntu":
-        modules = [flavour.modules_package(branch)] if flavour else []
-        return [f"nvidia-driver-{branch}-open", *modules]
+        modules = [flavour.modules_package(branch, variant)] if flavour else []
+        return [driver_metapackage(branch, variant), *modules]
     return ["nvidia-open"]
 
 
@@ -134,10 +133,12 @@ def pci_count_problems(pci: list[dict], declared: int) -> list[str]:
     ]
 
 
-def install_path_problems(packages: dict, path: str, branch: Any) -> list[str]:
-    """The driver packages on the host (NvidiaPackages) against ``nvidia_install_path`` and
-    ``nvidia_driver_branch``: both install paths mixed, the other path than the setting's, or
-    another driver branch (rigup does not switch branches under a running driver)."""
+def install_path_problems(
+    packages: dict, path: str, branch: Any, variant: str = "open"
+) -> list[str]:
+    """The driver packages on the host (NvidiaPackages) against ``nvidia_install_path``: both
+    install paths mixed, or the other path than the setting's. (Another branch or variant of the
+    Ubuntu path is switched by the run: :func:`roles.nvidia.branches.switch_warnings`.)"""
     problems = []
     installed = packages.get("installed", {})
     ubuntu_markers = sorted(n for n in installed if n.startswith("linux-modules-nvidia-"))
@@ -150,7 +151,8 @@ def install_path_problems(packages: dict, path: str, branch: Any) -> list[str]:
             f"{', '.join(ubuntu_markers)}; NVIDIA's CUDA repository: {', '.join(repo_markers)}): "
             "mixed packages cause driver/library mismatches. Keep one: for the Ubuntu path "
             "`apt purge cuda-keyring` and remove the NVIDIA source files, `apt update`, reinstall "
-            f"nvidia-driver-{branch}-open; for the NVIDIA path `apt purge 'linux-modules-nvidia-*'`"
+            f"{driver_metapackage(branch, variant)}; for the NVIDIA path "
+            "`apt purge 'linux-modules-nvidia-*'`"
         )
     elif path == "ubuntu" and repo_markers:
         problems.append(
@@ -163,19 +165,6 @@ def install_path_problems(packages: dict, path: str, branch: Any) -> list[str]:
             "nvidia_install_path is 'nvidia-repo' but this host has Ubuntu's prebuilt NVIDIA "
             f"modules ({', '.join(ubuntu_markers)}): set nvidia_install_path = 'ubuntu', or "
             "`apt purge 'linux-modules-nvidia-*' 'nvidia-driver-*'` first"
-        )
-
-    other = sorted(
-        n
-        for n in installed
-        if n.startswith("nvidia-driver-") and not n.startswith(f"nvidia-driver-{branch}")
-    )
-    if other:
-        problems.append(
-            f"another driver branch is installed ({', '.join(other)}) and "
-            f"nvidia_driver_branch is {branch}: rigup does not switch branches under a running "
-            f"driver. Either set nvidia_driver_branch to it, or `apt purge {other[0]}`, reboot, "
-            "and converge"
         )
     return problems
 
@@ -368,11 +357,17 @@ def driver_preflight(
     declared = data.get("nvidia_gpu_count")
     path = data.get("nvidia_install_path")
     problems = pci_count_problems(pci, declared)
-    problems += install_path_problems(packages, path, data.get("nvidia_driver_branch"))
+    problems += install_path_problems(
+        packages,
+        path,
+        data.get("nvidia_driver_branch"),
+        data.get("nvidia_driver_variant") or "open",
+    )
     kernel, flavour = kernel_problems(data, path, state.get("kernel") or "", kernel_packages)
     problems += kernel
     boot_problems, warnings = secure_boot_findings(state, path)
     problems += boot_problems
+    warnings += switch_warnings(data, packages)
 
     installed = packages.get("installed", {})
     install_pending = any(pkg not in installed for pkg in driver_packages(data, flavour))

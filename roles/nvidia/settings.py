@@ -20,6 +20,7 @@ from roles.common.checks import (
 )
 from roles.common.locks import version_check
 from roles.common.setting import Setting, TypedSettings, declared, optional, rules, setting
+from roles.nvidia.branches import SUPPORTED_BRANCHES, SUPPORTED_SOURCE, VARIANTS
 
 CUDA_LOCK = Path(__file__).resolve().parents[2] / "files" / "nvidia" / "cuda-toolkit.lock"
 
@@ -28,13 +29,21 @@ INSTALL_PATHS = ("ubuntu", "nvidia-repo")
 
 
 def driver_branch(value: Any) -> str | None:
-    """A driver branch number, 580 or newer (vLLM 0.22.1's CUDA 13 wheels)."""
+    """One of the supported driver branches (roles/nvidia/branches.py SUPPORTED_BRANCHES: 580,
+    the default, and 595), each tested in the lab; older than 580 cannot run vLLM 0.22.1's CUDA
+    13 wheels (CUDA 13.0 minimum driver 580)."""
+    supported = ", ".join(f"{b} ({why})" for b, why in SUPPORTED_BRANCHES.items())
     if isinstance(value, bool) or not isinstance(value, int) or not 100 <= value <= 9999:
-        return f"must be a driver branch number such as 580, got {value!r}"
+        return f"must be a driver branch number, one of: {supported}; got {value!r}"
     if value < 580:
         return (
             f"{value} is too old: vLLM 0.22.1's CUDA 13 wheels need an R580 or newer driver "
-            "(CUDA 13.0 minimum driver 580)"
+            f"(CUDA 13.0 minimum driver 580); supported: {supported}"
+        )
+    if value not in SUPPORTED_BRANCHES:
+        return (
+            f"{value} is not a branch rigup supports: {supported} (source: {SUPPORTED_SOURCE}); "
+            f"Ubuntu's archive has others, untested by rigup"
         )
     return None
 
@@ -49,6 +58,7 @@ class NvidiaSettings(TypedSettings):
     nvidia_gpu_count: int = setting(integer(0, 16))
     nvidia_install_path: str = setting(choice(INSTALL_PATHS))
     nvidia_driver_branch: int = setting(driver_branch)
+    nvidia_driver_variant: str = setting(choice(tuple(VARIANTS)))
     nvidia_cuda_repo_url: str = setting(https_url)
     nvidia_cuda_keyring_deb: str = setting(
         matches(
@@ -82,11 +92,19 @@ OPTIONAL: tuple[str, ...] = optional(SETTINGS)
 
 
 def consistency(values: Mapping[str, Any]) -> list[str]:
-    """The NVIDIA repository path needs its keyring pinned."""
+    """The NVIDIA repository path needs its keyring pinned, and installs only the open
+    variant (nvidia-open)."""
+    problems = []
+    if values["nvidia_install_path"] == "nvidia-repo" and values["nvidia_driver_variant"] != "open":
+        problems.append(
+            f"nvidia_driver_variant: {values['nvidia_driver_variant']!r} is a package of Ubuntu's "
+            "archive (nvidia-driver-<branch>-<variant>); the nvidia-repo install path installs "
+            "NVIDIA's nvidia-open only: set nvidia_install_path = 'ubuntu', or the variant 'open'"
+        )
     if values["nvidia_install_path"] == "nvidia-repo" and not values["nvidia_cuda_keyring_sha256"]:
-        return [
+        problems.append(
             "nvidia_cuda_keyring_sha256: the nvidia-repo install path needs the sha256 of "
             f"{values['nvidia_cuda_keyring_deb']} pinned (download it once from "
             f"{values['nvidia_cuda_repo_url']}/ on a trusted network, run sha256sum, set it here)"
-        ]
-    return []
+        )
+    return problems

@@ -14,6 +14,28 @@ from roles.router.settings import RouterSettings
 HEALTH_PATH = "/health"
 
 
+def replica_drop_bound_s(data: Any) -> int:
+    """Seconds (int) from a replica's death until vllm-router has taken it out of the rotation
+    for every route, at worst, from the settings ``data``: the death just after a passed check,
+    then ``router_health_failure_threshold`` failed checks ``router_health_check_interval_s``
+    apart, the last waiting up to ``router_health_check_timeout_s``: threshold × interval +
+    timeout (shipped: 3 × 10 + 5 = 35 s).
+
+    Why a client cares: vllm-router 0.1.17 sends ``GET /v1/models`` to one replica of its own
+    choosing (its first registered worker, which differs between starts) with no retry, so while
+    that replica is dead and not yet out it answers 500 ``Request failed: error sending request
+    for url (<replica>/v1/models)`` (vllm-project/router#135, measured in the lab pair:
+    docs/many-rigs.md "A replica down"); completions and chat completions are retried on another
+    replica. A failed inference request also counts towards that replica's circuit breaker
+    (vllm-router's ``--cb-failure-threshold``, 10), which takes it out sooner under load; a
+    failed ``/v1/models`` does not."""
+    s = RouterSettings.of(data)
+    return (
+        s.router_health_failure_threshold * s.router_health_check_interval_s
+        + s.router_health_check_timeout_s
+    )
+
+
 def router_argv(executable: str, data: Any, urls: list[str]) -> list[str]:
     """The argv of the router: ``executable`` (the venv's ``bin/vllm-router``), the settings
     ``data`` (``host.data`` or a mapping of the router role's settings), the replica ``urls``

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from roles.common.footprint import NO_GPU, ServiceFootprint
+from roles.common.footprint import (
+    NO_GPU,
+    START_FLOOR_GIB,
+    START_FLOOR_SOURCE,
+    DiskNeeds,
+    ServiceFootprint,
+)
 from roles.common.setting import ServiceKeys
 from roles.router import settings
 from roles.router.paths import UNIT, RouterPaths
@@ -33,6 +39,13 @@ FOOTPRINT = ServiceFootprint(
     vram=vram,
     settings=settings,
     paths=RouterPaths,
+    disk=DiskNeeds(
+        start_gib=START_FLOOR_GIB,
+        start_source=f"{START_FLOOR_SOURCE}; the router writes no cache of its own",
+        venv_gib=0.2,
+        venv_source="files/router/requirements.lock installed with pip: 130 MiB (du, "
+        "2026-12-03, on the controller)",
+    ),
     install_key="router_enabled",
     # it holds no key: the client's bearer token passes through to the replicas' vLLM
     api_key=False,

@@ -189,28 +189,178 @@ def stream(api: Api) -> dict:
     return {"chunks": len(chunks), "with_text": pieces}
 
 
-def tool_call(api: Api) -> dict:
-    """``tools`` is accepted (vLLM refuses it without --enable-auto-tool-choice); a tool call the
-    model makes comes back parsed: a function name and JSON arguments."""
-    reply = api.chat(
-        [{"role": "user", "content": "What is the weather in Paris?"}],
-        tools=[WEATHER_TOOL],
-        tool_choice="auto",
-        max_tokens=96,
-        temperature=0,
-        chat_template_kwargs={"enable_thinking": False},
+#: tool-call markup vLLM 0.22.1's tool parsers cut out of the text when they parse a call
+#: (tool_parsers/hermes_tool_parser.py:35-36, qwen3coder_tool_parser.py:54-59,
+#: qwen3xml_tool_parser.py:45-50 and :258): any of it left in ``content`` is a call the parser
+#: missed (vllm-project/vllm#42021: the call in ``content``, ``tool_calls: []``)
+TOOL_MARKUP = (
+    "<tool_call>",
+    "</tool_call>",
+    "<function=",
+    "<function name=",
+    "</function>",
+    "<parameter=",
+    "</parameter>",
+)
+#: the thinking's tags the qwen3 reasoning parser splits off (reasoning/qwen3_reasoning_parser.py:56,61)
+THINK_MARKUP = ("<think>", "</think>")
+#: the call the weather question asks for (lab/tiny's scripted answer, and any working model's)
+PARIS_CALL = {"name": "get_weather", "arguments": {"city": "Paris"}}
+
+
+def markup_in(text: str | None, markup: tuple[str, ...] = TOOL_MARKUP) -> list[str]:
+    """The pieces of ``markup`` found in ``text``, in ``markup``'s order."""
+    return [m for m in markup if m in (text or "")]
+
+
+def assemble_stream(text: str) -> dict:
+    """A streamed chat's server-sent events put together as the OpenAI stream format defines:
+    ``content`` and ``reasoning`` are the deltas' text joined; ``tool_calls[i]`` starts at the
+    first delta naming index ``i`` (its ``id``, ``type``, ``function.name``) and its
+    ``function.arguments`` is every later fragment of that index joined. Returns ``{"content",
+    "reasoning", "tool_calls", "finish_reason", "chunks"}``; raises :class:`CheckFailed` when the
+    stream does not end with ``data: [DONE]`` or a tool-call fragment names no index."""
+    events = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+    if not events or events[-1] != "[DONE]":
+        raise CheckFailed(f"the stream did not end with [DONE]: {text[-300:]!r}")
+    content, reasoning, calls, finish = [], [], {}, None
+    for event in events[:-1]:
+        for choice in json.loads(event).get("choices", []):
+            delta = choice.get("delta") or {}
+            content.append(delta.get("content") or "")
+            reasoning.append(reasoning_of(delta) or "")
+            for part in delta.get("tool_calls") or []:
+                if "index" not in part:
+                    raise CheckFailed(f"a streamed tool-call fragment without an index: {part}")
+                call = calls.setdefault(
+                    part["index"], {"id": None, "type": None, "function": {"name": ""}}
+                )
+                call["id"] = call["id"] or part.get("id")
+                call["type"] = call["type"] or part.get("type")
+                fn = part.get("function") or {}
+                call["function"]["name"] += fn.get("name") or ""
+                args = call["function"].get("arguments", "") + (fn.get("arguments") or "")
+                call["function"]["arguments"] = args
+            finish = choice.get("finish_reason") or finish
+    return {
+        "content": "".join(content),
+        "reasoning": "".join(reasoning) or None,
+        "tool_calls": [calls[i] for i in sorted(calls)],
+        "finish_reason": finish,
+        "chunks": len(events) - 1,
+    }
+
+
+def _parsed_call(call: dict, tools: list[dict]) -> dict:
+    """One entry of ``tool_calls`` as ``{"name", "arguments"}``, or :class:`CheckFailed` when its
+    name is not an offered tool's or its arguments are not a JSON object of that tool's
+    parameters (every required one present, none it does not declare)."""
+    fn = call.get("function") or {}
+    offered = {t["function"]["name"]: t["function"].get("parameters") or {} for t in tools}
+    if fn.get("name") not in offered:
+        raise CheckFailed(f"a tool call to {fn.get('name')!r}, not an offered tool: {call}")
+    try:
+        args = json.loads(fn.get("arguments") or "")
+    except ValueError as exc:
+        raise CheckFailed(f"tool call arguments are not JSON: {fn.get('arguments')!r}") from exc
+    schema = offered[fn["name"]]
+    declared = set(schema.get("properties") or {})
+    if not isinstance(args, dict):
+        raise CheckFailed(f"tool call arguments are not a JSON object: {args!r}")
+    missing = [k for k in schema.get("required") or [] if k not in args]
+    unknown = sorted(set(args) - declared) if declared else []
+    if missing or unknown:
+        raise CheckFailed(f"tool call arguments {args} lack {missing} / add undeclared {unknown}")
+    return {"name": fn["name"], "arguments": args}
+
+
+def check_tool_answer(
+    message: dict,
+    finish_reason: str | None,
+    tools: list[dict],
+    reasoning_parser: bool = True,
+    want: dict | None = None,
+) -> dict:
+    """The strict reading of a chat answer to a request with ``tools``: every call in
+    ``tool_calls`` names an offered tool with JSON arguments of its parameters, no
+    :data:`TOOL_MARKUP` is left in ``content`` or ``reasoning`` (a call the parser missed,
+    vllm#42021), no :data:`THINK_MARKUP` in ``content`` with a reasoning parser, calls end the
+    answer with ``finish_reason`` "tool_calls" and that reason comes with calls; ``want`` (``{"name", "arguments"}``): the one
+    call the answer must be (a model whose answer is known). Returns ``{"tool_calls":
+    [{"name", "arguments"}], "content", "reasoning"}``; raises :class:`CheckFailed`."""
+    content, reasoning = message.get("content"), reasoning_of(message)
+    left = markup_in(content)
+    if left:
+        raise CheckFailed(
+            f"tool markup {left} left in content (a call the tool parser did not parse, "
+            f"vllm#42021), tool_calls {message.get('tool_calls')}: {content!r}"
+        )
+    if markup_in(reasoning):
+        raise CheckFailed(f"tool markup {markup_in(reasoning)} left in reasoning: {reasoning!r}")
+    if reasoning_parser and markup_in(content, THINK_MARKUP):
+        raise CheckFailed(f"reasoning landed in content: {content!r}")
+    seen = [_parsed_call(call, tools) for call in message.get("tool_calls") or []]
+    if seen and finish_reason != "tool_calls":
+        raise CheckFailed(f"{len(seen)} tool calls but finish_reason {finish_reason!r}")
+    if not seen and finish_reason == "tool_calls":
+        raise CheckFailed(
+            "finish_reason 'tool_calls' with no call delivered (the stream of a parser that "
+            f"did not parse the call): content {content!r}"
+        )
+    if want is not None and seen != [want]:
+        raise CheckFailed(f"the tool calls are {seen}, not [{want}]; content {content!r}")
+    return {"tool_calls": seen, "content": content, "reasoning": reasoning}
+
+
+def tool_call(
+    api: Api,
+    thinking: bool = False,
+    stream: bool = False,
+    reasoning_parser: bool = True,
+    want: dict | None = None,
+) -> dict:
+    """The weather question with ``tools`` (vLLM refuses it without --enable-auto-tool-choice),
+    read by :func:`check_tool_answer`. ``thinking``: the chat template's ``enable_thinking`` (on
+    is the template's default, and many clients' too); ``stream``: as server-sent events, put
+    together by :func:`assemble_stream`; ``reasoning_parser``: the engine has one; ``want``:
+    the call the answer must be (:data:`PARIS_CALL` for a model known to make it)."""
+    body = {
+        "model": api.model,
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "tools": [WEATHER_TOOL],
+        "tool_choice": "auto",
+        "max_tokens": 96,
+        "temperature": 0,
+        "chat_template_kwargs": {"enable_thinking": thinking},
+    }
+    if not stream:
+        choice = api.json("/v1/chat/completions", body)["choices"][0]
+        got = check_tool_answer(
+            choice["message"], choice.get("finish_reason"), [WEATHER_TOOL], reasoning_parser, want
+        )
+        return got
+    status, text = api.request("/v1/chat/completions", {**body, "stream": True})
+    if status != 200:
+        raise CheckFailed(
+            f"a streamed chat with tools answered {status or 'nothing'}: {text[:300]}"
+        )
+    message = assemble_stream(text)
+    got = check_tool_answer(
+        message, message["finish_reason"], [WEATHER_TOOL], reasoning_parser, want
     )
-    calls = reply["choices"][0]["message"].get("tool_calls") or []
-    seen = []
-    for call in calls:
-        fn = call.get("function") or {}
-        if not fn.get("name"):
-            raise CheckFailed(f"a tool call without a name: {call}")
-        try:
-            seen.append({"name": fn["name"], "arguments": json.loads(fn.get("arguments") or "")})
-        except ValueError as exc:
-            raise CheckFailed(f"tool call arguments are not JSON: {fn.get('arguments')!r}") from exc
-    return {"tool_calls": seen}
+    return {**got, "chunks": message["chunks"]}
+
+
+def tool_call_every_way(api: Api, reasoning_parser: bool = True, want: dict | None = None) -> dict:
+    """:func:`tool_call` with thinking off and on, each streamed and not: ``{"thinking off":
+    seen, "thinking off, streamed": seen, ...}``; the first failure raises."""
+    return {
+        f"thinking {'on' if thinking else 'off'}{', streamed' if stream else ''}": tool_call(
+            api, thinking, stream, reasoning_parser, want
+        )
+        for thinking in (False, True)
+        for stream in (False, True)
+    }
 
 
 def metrics(api: Api, speculative: bool = False) -> dict:

@@ -30,6 +30,16 @@ LEFT_OUT: dict[str, str] = {
 }
 
 
+#: The rig's flags without a value the CPU engine refuses, with what it says.
+LEFT_OUT_SWITCHES: dict[str, str] = {
+    # vllm/config/model.py: is_sleep_mode_available() is CUDA and ROCm only
+    "--enable-sleep-mode": (
+        'the CPU engine refuses it ("Sleep mode is not supported on current platform."); '
+        "vllm_server_dev_mode still adds the dev-mode routes"
+    ),
+}
+
+
 def cpu_groups(cpus: list[int], tensor_parallel: int) -> str | None:
     """``VLLM_CPU_OMP_THREADS_BIND`` for ``tensor_parallel`` CPU workers on ``cpus``: one
     contiguous group of CPUs per worker, ``|``-separated (``[0, 1], 2 -> "0|1"``; ``[0..7], 2
@@ -79,6 +89,10 @@ def cpu_serve_args(
         if flag in LEFT_OUT:
             notes.append(f"{flag} {value} left out: {LEFT_OUT[flag]}")
             i += 2
+            continue
+        if flag in LEFT_OUT_SWITCHES:
+            notes.append(f"{flag} left out: {LEFT_OUT_SWITCHES[flag]}")
+            i += 1
             continue
         if flag == "--gpu-memory-utilization":
             share = str(vllm.vllm_cpu_memory_utilization)

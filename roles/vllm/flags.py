@@ -15,7 +15,7 @@ from roles.common.command_line import exec_line
 from roles.common.setting import render
 from roles.common.urls import local_probe_url
 from roles.vllm.paths import VllmPaths
-from roles.vllm.settings import SETTINGS, VllmSettings
+from roles.vllm.settings import DEV_MODE_ENV, SETTINGS, VllmSettings
 
 if TYPE_CHECKING:  # roles.cluster's package deploys with pyinfra; this module renders without it
     from roles.cluster.member import ClusterMember
@@ -80,7 +80,8 @@ def service_env(
     ``toolkit``: CUDA_HOME and PATH of the pinned CUDA toolkit (roles.nvidia.cuda_env), for the
     kernels FlashInfer and Triton compile at run time. ``member``: on a rig of a cluster, vLLM's
     address and gloo's and NCCL's interface are the private link's (``ClusterMember.env``), not
-    loopback. ``vllm_env`` overrides any of these.
+    loopback. ``vllm_server_dev_mode``: ``VLLM_SERVER_DEV_MODE=1``. ``vllm_env`` overrides any of
+    these but that one (refused there).
     """
     env = {
         **(toolkit or {}),
@@ -106,6 +107,10 @@ def service_env(
         # PyTorch's sampler instead of FlashInfer's: +1.7-3.0 % decode with MTP on 2x3090
         # (club-3090's measurement; vLLM 0.22.1 uses FlashInfer's on sm_86 by default)
         env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
+    if data.get("vllm_server_dev_mode"):
+        # vLLM's dev-mode routes (roles/vllm/settings.py DEV_MODE_ROUTES); the settings check
+        # keeps vllm_host on loopback with it
+        env[DEV_MODE_ENV] = "1"
     env.update({str(k): str(v) for k, v in (data.get("vllm_env") or {}).items()})
     return env
 

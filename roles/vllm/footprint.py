@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from roles.common.footprint import ServiceFootprint
+from roles.common.footprint import START_FLOOR_GIB, START_FLOOR_SOURCE, DiskNeeds, ServiceFootprint
 from roles.common.setting import ServiceKeys
 from roles.vllm import settings
 from roles.vllm.paths import UNIT, VllmPaths
@@ -50,6 +50,16 @@ FOOTPRINT = ServiceFootprint(
     vram=vram,
     settings=settings,
     paths=VllmPaths,
+    disk=DiskNeeds(
+        start_gib=START_FLOOR_GIB,
+        start_source=f"{START_FLOOR_SOURCE}; measured in the lab, the CPU build's cold start "
+        "wrote 0.13 GiB at its peak under its home (torch.compile's C++ precompiled header, "
+        "134 MiB in tmp; du every 0.5 s, 2026-12-03); the CUDA build's torch.compile and Triton "
+        "caches are not measured yet",
+        venv_gib=5.0,
+        venv_source="the CPU build's venv is 4.64 GiB in the lab (du, 2026-12-03); the CUDA "
+        "build's about 5 GB (docs/rig.md)",
+    ),
     share_keys=("vllm_gpu_memory_utilization",),
     manifest_keys=("model_llm_manifest",),
     rules=RULES,

@@ -43,6 +43,8 @@ from roles.common.setting import (
     rules,
     setting,
 )
+from roles.common.urls import is_loopback
+from roles.vllm.memory_flags import memory_flag_problems
 
 FILES = Path(__file__).resolve().parents[2] / "files" / "vllm"
 LOCK = FILES / "requirements.lock"
@@ -78,6 +80,36 @@ KV_CACHE_DTYPES = (
 #: fp8e4nv not supported in this architecture"; fp8_e5m2 takes the same memory and works there.
 #: Checked against nvidia_gpu_compute_capability by roles/vllm/rules.py gpu_capability.
 KV_CACHE_MIN_COMPUTE_CAPABILITY = {"fp8": (8, 9), "fp8_e4m3": (8, 9)}
+
+#: The routes vLLM 0.22.1 adds with VLLM_SERVER_DEV_MODE=1 (method, path), from its own code:
+#: vllm/entrypoints/serve/sleep/api_router.py, rpc/api_router.py, cache/api_router.py,
+#: rlhf/api_router.py (attached by entrypoints/openai/api_server.py) and
+#: instrumentator/server_info.py. vLLM's --api-key guards only paths that start with /v1, /v2 or
+#: /inference (entrypoints/openai/server_utils.py GUARDED_PREFIX), none of these: whoever reaches
+#: the port puts the engine to sleep, pauses it, swaps its weights or calls any worker method by
+#: name (/collective_rpc). The lab checks each against the running vLLM's /openapi.json
+#: (tests/lab/test_scenario_modes.py test_vllm_dev_mode_routes_answer_on_loopback_only).
+DEV_MODE_ROUTES: tuple[tuple[str, str], ...] = (
+    ("POST", "/sleep"),
+    ("POST", "/wake_up"),
+    ("GET", "/is_sleeping"),
+    ("POST", "/collective_rpc"),
+    ("POST", "/reset_prefix_cache"),
+    ("POST", "/reset_mm_cache"),
+    ("POST", "/reset_encoder_cache"),
+    ("POST", "/pause"),
+    ("POST", "/resume"),
+    ("GET", "/is_paused"),
+    ("POST", "/init_weight_transfer_engine"),
+    ("POST", "/start_weight_update"),
+    ("POST", "/update_weights"),
+    ("POST", "/finish_weight_update"),
+    ("GET", "/get_world_size"),
+    ("GET", "/server_info"),
+)
+
+#: The environment variable that turns those routes on (vllm/envs.py: ``bool(int(value))``).
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 
 #: Text-only serving methods (docs/text-only.md).
 TEXT_ONLY_METHODS = ("language_model_only", "strip_vision_config")
@@ -189,6 +221,10 @@ class VllmSettings(TypedSettings):
         matches(ENV_NAME, "an environment variable name such as VLLM_API_KEY"),
         flag=Withheld("--api-key"),
     )
+    # VLLM_SERVER_DEV_MODE=1 in the service's environment (no flag): the routes of
+    # :data:`DEV_MODE_ROUTES`, which vLLM's --api-key does not guard
+    vllm_server_dev_mode: bool = setting(boolean)
+    vllm_enable_sleep_mode: bool = setting(boolean, flag=Marker("--enable-sleep-mode"))
     vllm_extra_args: list[str] = setting(str_list)
     vllm_start_timeout_s: int = setting(integer(30, 24 * 3600))
     vllm_env: Mapping[str, str | int | float] = setting(env_mapping)
@@ -276,11 +312,40 @@ def prefix_caching_with_mtp(values: Mapping[str, Any]) -> list[str]:
 
 
 def extra_args_unmanaged(values: Mapping[str, Any]) -> list[str]:
-    """vllm_extra_args sets no flag of :data:`MANAGED`, under any spelling."""
+    """vllm_extra_args sets no flag of :data:`MANAGED`, under any spelling, and no other flag
+    that moves vLLM's memory accounting (roles/vllm/memory_flags.py, with the reason)."""
     return [
         f"vllm_extra_args: {clash}; set it there instead"
         for clash in flag_clashes(values["vllm_extra_args"], MANAGED, ALIASES)
-    ]
+    ] + memory_flag_problems(values, ALIASES)
+
+
+def dev_mode_on_loopback(values: Mapping[str, Any]) -> list[str]:
+    """vLLM's dev-mode routes (:data:`DEV_MODE_ROUTES`) answer without the API key, so with
+    ``vllm_server_dev_mode`` vLLM listens on loopback only, whatever else asks for an address
+    (a router's replica, the API of a cluster's leader): refused otherwise. Sleep mode needs
+    the dev routes (nothing else can put it to sleep or wake it)."""
+    problems = []
+    host = str(values["vllm_host"])
+    if values["vllm_server_dev_mode"] and not is_loopback(host):
+        problems.append(
+            f"vllm_server_dev_mode: True with vllm_host {host}, not loopback: vLLM's dev-mode "
+            "routes (/sleep, /wake_up, /collective_rpc, /pause, /update_weights, ...) answer "
+            "without the API key (it guards /v1 alone), so anyone who reaches the port could "
+            "sleep the engine or call its workers. Keep vllm_host loopback (a router's replica "
+            "cannot: dev mode stays off there), or set vllm_server_dev_mode = False"
+        )
+    if values["vllm_enable_sleep_mode"] and not values["vllm_server_dev_mode"]:
+        problems.append(
+            "vllm_enable_sleep_mode: True needs vllm_server_dev_mode = True: only the dev-mode "
+            "routes (/sleep, /wake_up) put vLLM to sleep and wake it"
+        )
+    if DEV_MODE_ENV in (values["vllm_env"] or {}):
+        problems.append(
+            f"vllm_env: {DEV_MODE_ENV} is rigup's (vllm_server_dev_mode, checked against "
+            "vllm_host); set vllm_server_dev_mode instead"
+        )
+    return problems
 
 
 #: The rules over several vLLM keys, each run on its own (roles.common.setting.each_rule).
@@ -291,6 +356,7 @@ CONSISTENCY = (
     max_new_tokens_fits,
     prefix_caching_with_mtp,
     extra_args_unmanaged,
+    dev_mode_on_loopback,
 )
 
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from roles.common.footprint import ServiceFootprint, setting_or
+from roles.common.footprint import (
+    START_FLOOR_GIB,
+    START_FLOOR_SOURCE,
+    DiskNeeds,
+    ServiceFootprint,
+    setting_or,
+)
 from roles.common.setting import ServiceKeys
 from roles.voxcpm import settings
 from roles.voxcpm.paths import UNIT, VoxcpmPaths
@@ -38,6 +44,13 @@ FOOTPRINT = ServiceFootprint(
     vram=vram,
     settings=settings,
     paths=VoxcpmPaths,
+    disk=DiskNeeds(
+        start_gib=START_FLOOR_GIB,
+        start_source=f"{START_FLOOR_SOURCE}; VoxCPM2's start (torch.compile's Inductor and "
+        "Triton caches under its home) is not measured yet",
+        venv_gib=5.3,
+        venv_source="the voxcpm venv, 5.7 GB in the lab (docs/voxcpm.md)",
+    ),
     install_key="voxcpm_install",
     gpu_index_key="voxcpm_gpu_index",
     share_keys=("voxcpm_vram_gib",),

@@ -42,6 +42,7 @@ SERVER_MODULES = {
     "voxcpm_synth.py": "synthesizers",
     "voxcpm_audio.py": "audio encoding",
     "voxcpm_stream.py": "streamed answers",
+    "voxcpm_memory.py": "release and reload of the model",
 }
 #: the server and its modules
 SERVER_PARTS = (SERVER, *(FILES / name for name in SERVER_MODULES))

@@ -1,8 +1,10 @@
 """comfyui role: the pinned checkout, the locked venv, the base directory, the checked flags, the
 hardened unit in the media mode, and readiness through GET /system_stats."""
 
+import hashlib
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,7 @@ from roles.comfyui.release import release_of
 from roles.common.facts import uv_env
 from roles.modes.budget import MODES
 
+REPO = Path(__file__).resolve().parents[2]
 UNIT = "comfyui.service"
 TARGET = MODES["media"]
 
@@ -19,10 +22,7 @@ TARGET = MODES["media"]
 @pytest.fixture(scope="module", autouse=True)
 def installed(data):
     if not data.get("comfyui_install"):
-        pytest.skip(
-            "comfyui_install is False on this host (the lab sets it so when the controller has "
-            "no ComfyUI mirror: set RIGUP_COMFYUI_MIRROR)"
-        )
+        pytest.skip("comfyui_install is False on this host: ComfyUI is not installed")
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +94,20 @@ def test_base_directory_tree(host, data, d, sub):
         f = host.file(path)
         assert f.is_directory, f"{path} is missing: run deploys/comfyui.py"
         assert f.user == user and f.mode == 0o750, f"{path}: {f.user} {oct(f.mode)}"
+
+
+def test_the_shipped_workflows_are_on_the_rig(host, d):
+    """rigup's API workflows (files/comfyui/workflows) in ``d.workflows``, byte for byte,
+    root-owned: rigup-bench --media reads them."""
+    shipped = sorted((REPO / "files" / "comfyui" / "workflows").glob("*.json"))
+    assert shipped, "no workflow in files/comfyui/workflows"
+    for src in shipped:
+        f = host.file(f"{d.workflows}/{src.name}")
+        assert f.exists, f"{d.workflows}/{src.name} is missing: re-run deploys/comfyui.py"
+        assert (f.user, f.group, f.mode) == ("root", "root", 0o644), f"{f.path}: owner or mode"
+        assert f.sha256sum == hashlib.sha256(src.read_bytes()).hexdigest(), (
+            f"{f.path} differs from files/comfyui/workflows/{src.name}: re-run deploys/comfyui.py"
+        )
 
 
 def test_rendered_arguments_are_the_settings(host, data, d):

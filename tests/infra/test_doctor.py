@@ -10,8 +10,10 @@ import time
 import pytest
 
 from rigup import diagnosis
+from rigup.media.bench import ROWS  # the row ids rigup-bench --media runs
+from roles.common.paths import LINK_DIR
 from roles.doctor.config import arm_files, doctor_config
-from roles.doctor.paths import COMMANDS, LINK_DIR, DoctorPaths
+from roles.doctor.paths import COMMANDS, DoctorPaths
 from roles.doctor.settings import arm_problems
 from roles.model.manifest import load_manifest
 from roles.vllm.cpu import parse_cpu_list
@@ -56,6 +58,23 @@ def test_doctor_json_is_the_settings(host, data, llm_dir, doctor_paths, cpus):
     )
 
 
+def test_rigup_bench_names_the_media_rows(host, data):
+    """rigup-bench --help names --media and its rows; --list names each media row with its
+    workflow where ComfyUI is installed, and says there are none where it is not."""
+    out = host.run("rigup-bench --help")
+    assert out.rc == 0 and "--media" in out.stdout, out.stdout + out.stderr
+    assert all(row in out.stdout for row in ROWS), out.stdout
+    listed = host.run("rigup-bench --list")
+    assert listed.rc == 0, listed.stdout + listed.stderr
+    if data.get("comfyui_install"):
+        for row, (workflow, _) in ROWS.items():
+            assert f"media row {row}: " in listed.stdout and f"{workflow}.json" in listed.stdout, (
+                listed.stdout
+            )
+    else:
+        assert "media rows: none (comfyui_install is off on this rig)" in listed.stdout
+
+
 def test_bench_arms_are_the_settings(host, data, llm_dir, doctor_paths, cpus):
     for name, arm in data.get("bench_arms").items():
         if arm_problems(data, arm):
@@ -80,7 +99,8 @@ def test_rigup_doctor_is_read_only_fast_and_names_every_fault(host):
     verdicts = [v for s in result["sections"] for v in s["verdicts"]]
     assert {v["id"] for v in verdicts} <= known | {"nvidia-smi-unrecognised"}
     assert [s["name"] for s in result["sections"]] == [
-        s for s in ("driver", "gpus", "nvlink", "services", "metrics", "cluster", "disk", "venvs")
+        s for s in ("boot", "driver", "gpus", "nvlink", "services", "metrics", "cluster", "disk",
+                    "venvs")
         if s in {x["name"] for x in result["sections"]}
     ]  # fmt: skip
     failed = [
@@ -91,8 +111,12 @@ def test_rigup_doctor_is_read_only_fast_and_names_every_fault(host):
     assert seconds < 60, f"rigup-doctor took {seconds:.0f} s"
 
 
-def test_rigup_explain_speaks_for_the_services(host):
-    out = host.run(f"/opt/rigup/bin/rigup-explain {shlex.quote('vllm.service')}")
+def test_rigup_explain_speaks_for_the_services(host, paths):
+    link = host.file(f"{LINK_DIR}/rigup-explain")
+    assert link.is_symlink and link.linked_to == f"{paths.bin}/rigup-explain", (
+        f"{LINK_DIR}/rigup-explain is not rigup's rigup-explain: re-run deploys/base.py"
+    )
+    out = host.run(f"rigup-explain {shlex.quote('vllm.service')}")  # by name, on PATH
     assert out.rc in (0, 2) and out.stdout.startswith("rigup: vllm.service: "), (
         out.stdout + out.stderr
     )

@@ -26,6 +26,7 @@ from rigup.nvidia import (
     verify_interconnect,
 )
 from roles.nvidia import NVLINK_UNIT, PERSISTENCED, POWER_UNIT, NvidiaPaths
+from roles.nvidia.branches import driver_metapackage
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -166,9 +167,9 @@ def test_interconnect_environment_for_vllm(host, data):
 
 def test_driver_packages_held(host, data):
     held = set(host.run("apt-mark showhold").stdout.split())
-    branch = data.get("nvidia_driver_branch")
+    branch, variant = data.get("nvidia_driver_branch"), data.get("nvidia_driver_variant")
     want = (
-        {f"nvidia-driver-{branch}-open"}
+        {driver_metapackage(branch, variant)}
         if data.get("nvidia_install_path") == "ubuntu"
         else {"nvidia-open"}
     )

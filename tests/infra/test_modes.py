@@ -56,3 +56,28 @@ def test_switch_command(host, data):
     )
     bad = host.run(f"{COMMAND_LINK} turbo")
     assert bad.rc == 2 and "usage: rigup-mode" in bad.stderr
+
+
+def test_every_running_service_runs_what_is_on_disk(host, data):
+    """A running service whose unit, environment file or inputs changed after it started (a
+    converge interrupted between writing them and its restart) fails here, with the files; the
+    next converge restarts it (roles/common/service.py, roles.common.facts.UnitStartedBefore)."""
+    import shlex
+
+    from rigup import units
+
+    def runner(argv: list[str]) -> tuple[int, str]:
+        out = host.run(shlex.join(argv))
+        return out.rc, out.stdout + out.stderr
+
+    stale = []
+    for services in mode_services(data).values():
+        for unit in services:
+            state, _ = units.read_unit(unit, runner)
+            if state.get("changed_inputs") or state.get("need_reload"):
+                stale.append(
+                    f"{unit}: {', '.join(state.get('changed_inputs') or ['NeedDaemonReload=yes'])}"
+                )
+    assert not stale, (
+        "running an older configuration than the one on disk (converge): " + "; ".join(stale)
+    )

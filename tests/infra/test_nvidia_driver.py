@@ -21,8 +21,14 @@ import pytest
 
 from rigup.nvidia import DRIVER_STATE_COMMAND, parse_driver_state
 from roles.nvidia import PERSISTENCED, POWER_UNIT, NvidiaPaths
+from roles.nvidia.branches import (
+    HOLD_PREFIXES,
+    driver_metapackage,
+    modules_metapackage,
+    other_driver_packages,
+)
 from roles.nvidia.facts import KernelPackages
-from roles.nvidia.preflight import HOLD_PREFIXES, driver_packages, target_flavour
+from roles.nvidia.preflight import driver_packages, target_flavour
 
 #: The diagnosis of a driver installed for a kernel the host does not run (rigup/diagnosis).
 NOT_INSTALLED_FOR_KERNEL = "driver-not-loaded/not-installed-for-kernel"
@@ -79,10 +85,10 @@ def module_kernels(host):
 
 def test_ubuntu_packages_installed_and_held(host, data, flavour, ubuntu_path):
     wanted = driver_packages(data, flavour)
-    branch = data.get("nvidia_driver_branch")
+    branch, variant = data.get("nvidia_driver_branch"), data.get("nvidia_driver_variant")
     assert wanted == [
-        f"nvidia-driver-{branch}-open",
-        f"linux-modules-nvidia-{branch}-open-{flavour.name}",
+        driver_metapackage(branch, variant),
+        modules_metapackage(branch, variant, flavour.name),
     ], wanted
     missing = [p for p in wanted if not host.package(p).is_installed]
     assert not missing, f"{missing} not installed: converge with deploys/nvidia.py"
@@ -93,6 +99,21 @@ def test_ubuntu_packages_installed_and_held(host, data, flavour, ubuntu_path):
         "together, when you run rigup; converge with deploys/nvidia.py"
     )
     assert f"linux-{flavour.name}" in flavour.metapackages, flavour
+
+
+def test_no_other_driver_is_installed(host, data, ubuntu_path):
+    """A branch or variant change removed the other driver's packages (docs/nvidia.md)."""
+    listed = host.run(
+        "dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' 'nvidia-*' 'libnvidia-*' "
+        "'linux-modules-nvidia-*' 'xserver-xorg-video-nvidia-*'"
+    ).stdout.splitlines()
+    installed = [line.split()[1] for line in listed if line.split()[:1] in (["ii"], ["hi"])]
+    branch, variant = data.get("nvidia_driver_branch"), data.get("nvidia_driver_variant")
+    others = other_driver_packages(installed, branch, variant)
+    assert not others, (
+        f"packages of another driver than {driver_metapackage(branch, variant)} are installed: "
+        f"{others}; converge with deploys/nvidia.py (it removes them)"
+    )
 
 
 def test_driver_and_kernel_kept_out_of_unattended_upgrades(host, flavour, ubuntu_path):

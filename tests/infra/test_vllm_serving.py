@@ -10,6 +10,8 @@ skipped with that reason; bin/rigup-lab runs the whole suite again after switchi
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from roles.vllm import api_checks
@@ -64,8 +66,26 @@ def test_streamed_chat_arrives_as_events(api):
     api_checks.stream(api)
 
 
-def test_request_with_tools_is_served(api):
-    api_checks.tool_call(api)
+@pytest.fixture(scope="module")
+def scripted(host, llm_dir) -> bool:
+    """Whether the served checkpoint is lab/tiny's scripted one (its chat template is lab/tiny's),
+    whose answer to the weather question is known: a get_weather call for Paris."""
+    from lab.tiny.tokenizer import CHAT_TEMPLATE
+
+    f = host.file(f"{llm_dir}/tokenizer_config.json")
+    return f.exists and json.loads(f.content_string).get("chat_template") == CHAT_TEMPLATE
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("thinking", [False, True], ids=["thinking off", "thinking on"])
+def test_request_with_tools_is_served(api, data, scripted, thinking, stream):
+    """The strict tool-call check (roles/vllm/api_checks.py: the call in ``tool_calls``, no tool
+    markup left in ``content``); lab/tiny answers the weather question with the call in every
+    mode, so there the call must be get_weather for Paris."""
+    want = api_checks.PARIS_CALL if scripted else None
+    reasoning = bool(data.get("vllm_reasoning_parser"))
+    seen = api_checks.tool_call(api, thinking, stream, reasoning, want)
+    assert not scripted or seen["tool_calls"] == [api_checks.PARIS_CALL], seen
 
 
 def test_api_key_guards_the_api(api, api_key, data):

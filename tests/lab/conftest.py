@@ -5,14 +5,18 @@ holds about 4 GiB of its own and serves vLLM); ``media`` puts it back in the med
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from lab import comfyui_lab, hub_lab, scenario, voxcpm_lab
 from lab.config import LabConfig
 from lab.machine import LabMachine
-from tests.lab.labtools import LAB_ENV, SESSION_MACHINE_GROUPS, active, machine_group
+from tests.lab.labtools import (
+    LAB_ENV,
+    SESSION_MACHINE_GROUPS,
+    active,
+    environ,
+    machine_group,
+)
 
 #: the session's machine, once the ``lab`` fixture made it
 _SESSION_MACHINE: list[LabMachine] = []
@@ -20,26 +24,20 @@ _SESSION_MACHINE: list[LabMachine] = []
 
 @pytest.fixture(scope="session")
 def lab():
-    saved = {k: os.environ.get(k) for k in LAB_ENV}
-    os.environ.update(LAB_ENV)  # subprocesses (pyinfra, pytest tests/infra) see the same machine
-    machine = LabMachine(LabConfig.from_env())
-    machine.destroy()  # a leftover from an interrupted run must not leak state into this one
-    _SESSION_MACHINE.append(machine)
-    try:
-        machine.up()
-        yield machine
-    finally:
-        machine.destroy()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with environ(LAB_ENV):  # subprocesses (pyinfra, pytest tests/infra) see the same machine
+        machine = LabMachine(LabConfig.from_env())
+        machine.destroy()  # a leftover from an interrupted run must not leak state into this one
+        _SESSION_MACHINE.append(machine)
+        try:
+            machine.up()
+            yield machine
+        finally:
+            machine.destroy()
 
 
 @pytest.fixture(scope="session")
 def converged(lab):
-    comfyui_lab.seed(lab)  # skipped (no ComfyUI) without a mirror
+    comfyui_lab.seed(lab)  # ComfyUI 0.30.0's mirror from the pinned sdist (lab/comfyui_source.py)
     seeded = scenario.seed_mirror(lab)
     voxcpm_lab.seed(lab)  # VoxCPM2's CPython build and model stand-in
     hub = hub_lab.seed(lab)  # the seeded models become the lab hub's repositories

@@ -3,10 +3,12 @@ pyinfra CLI and testinfra against the lab, unit states, and rigup-doctor's JSON.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -29,10 +31,12 @@ MACHINE_GROUPS = {
     "tests/lab/test_scenario.py": "lab-machine",
     "tests/lab/test_scenario_modes.py": "lab-machine",
     "tests/lab/test_scenario_doctor.py": "lab-machine",
+    "tests/lab/test_scenario_media.py": "lab-machine",
     "tests/lab/test_scenario_models.py": "lab-machine-2",
     "tests/lab/test_scenario_truth.py": "lab-machine-2",
     "tests/lab/test_many_rigs.py": "lab-pair",
     "tests/lab/test_lab_cgroups.py": "lab-cgroups",
+    "tests/lab/test_nvidia_branches.py": "lab-nvidia-branches",
 }
 MACHINELESS = {"tests/lab/test_cuda_build.py"}
 #: the groups of the session's lab machine: handed out first, one per worker
@@ -43,6 +47,22 @@ def machine_group(nodeid: str) -> str | None:
     """The machine group of a test id (``tests/lab/test_scenario.py::test_x[p]``), None for a
     test that needs no lab machine of its own."""
     return MACHINE_GROUPS.get(nodeid.split("::", 1)[0])
+
+
+@contextlib.contextmanager
+def environ(values: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``values`` set while the block runs (the subprocesses it starts,
+    pyinfra and testinfra, then reach the same lab machine), each key restored on exit."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def lab_env(env=os.environ) -> dict[str, str]:
@@ -92,11 +112,13 @@ def main_pid(lab, unit: str) -> int:
     return int(lab.ssh(f"systemctl show -p MainPID --value {unit}").stdout.strip() or 0)
 
 
-def wait_up(lab, unit: str, seconds: int) -> str:
-    """Wait until ``unit`` is active/running (or ``seconds`` pass); its last state."""
+def wait_up(lab, unit: str, seconds: int, poll_s: int = 5) -> str:
+    """Wait until ``unit`` is active/running (or ``seconds`` pass), asking every ``poll_s``
+    seconds; its last state ("active/running", "activating/start-post", ...)."""
     return lab.ssh(
-        f"for i in $(seq {seconds // 5}); do s=$(systemctl show -p ActiveState -p SubState "
-        f'--value {unit} | paste -sd/ -); [ "$s" = active/running ] && break; sleep 5; done; '
+        f"for i in $(seq {max(1, seconds // poll_s)}); do s=$(systemctl show -p ActiveState "
+        f'-p SubState --value {unit} | paste -sd/ -); [ "$s" = active/running ] && break; '
+        f"sleep {poll_s}; done; "
         f"systemctl show -p ActiveState -p SubState --value {unit} | paste -sd/ -",
         check=False,
     ).stdout.strip()

@@ -18,10 +18,12 @@ import dataclasses
 import json
 import os
 import re
+import runpy
 import secrets
 import shlex
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -37,7 +39,9 @@ from lab.pair_serving import (
     run_api_checks,
     wait_serving,
 )
-from tests.lab.labtools import LAB_MARKS, active, doctor, main_pid
+from lab.router_failover import route_outcome
+from roles.router.flags import replica_drop_bound_s
+from tests.lab.labtools import LAB_MARKS, active, doctor, main_pid, wait_up
 
 pytestmark = LAB_MARKS
 
@@ -151,10 +155,10 @@ def test_leader_and_follower_run_the_two_stages(pair, converged):
 def test_pipeline_parallel_2_answers_chat_tools_and_reasoning(pair, converged):
     """The checks tests/infra runs against one rig (roles/vllm/api_checks.py), against the
     leader's API of the pair: a completion, chat with the reasoning apart (vLLM 0.22.1's
-    ``reasoning`` field), a tool call through the qwen3_coder parser, streaming, /metrics."""
+    ``reasoning`` field), a tool call through the qwen3_coder parser (thinking on and off, streamed and not), streaming, /metrics."""
     argv = pair.leader.ssh("systemctl cat vllm.service").stdout
     assert "--tool-call-parser qwen3_coder" in argv and "--reasoning-parser qwen3" in argv
-    names = ["completion", "chat_reasoning_apart", "tool_call", "stream", "metrics"]
+    names = ["completion", "chat_reasoning_apart", "tool_call_every_way", "stream", "metrics"]
     results = run_api_checks(pair.leader, names)
     print(f"\nthe pair's API: {json.dumps(results)[:1500]}")
     assert [r["check"] for r in results if not r["ok"]] == [], results
@@ -224,13 +228,25 @@ def _kill_and_recover(pair, victim) -> tuple[float, dict]:
     seconds = time.monotonic() - killed
     assert broken is not None, "the pair kept answering: the kill did not take effect"
     assert completion_ok(pair.leader), f"the pair did not serve again within {RECOVERY_S} s"
+    settled, units = _units_settle(pair, max(60, RECOVERY_S - seconds))
     after = {m.cfg.name: _watch_state(m) for m in pair.machines}
     print(
         f"\n{victim.cfg.name}'s engine killed: no answer after {broken:.1f} s, the pair served "
-        f"again after {seconds:.1f} s; supervisor restarts {before} -> "
-        f"{ {n: s.get('restarts', 0) for n, s in after.items()} }"
+        f"again after {seconds:.1f} s, both vllm.service active/running {settled:.1f} s later; "
+        f"supervisor restarts {before} -> { {n: s.get('restarts', 0) for n, s in after.items()} }"
     )
+    assert set(units.values()) == {"active/running"}, f"after {settled:.1f} s: {units}"
     return seconds, {"before": before, "after": after}
+
+
+def _units_settle(pair, seconds: float) -> tuple[float, dict[str, str]]:
+    """Wait (each rig at most ``seconds``) until every rig's vllm.service is active/running:
+    the pair answers a completion before the units' ``ExecStartPost=`` readiness checks end (the
+    leader's rigup-cluster-watch --ready tries a 1-token completion, then sleeps 2 s). Returns
+    the seconds waited and each rig's last ``ActiveState/SubState``."""
+    started = time.monotonic()
+    units = {m.cfg.name: wait_up(m, "vllm.service", int(seconds), poll_s=1) for m in pair.machines}
+    return time.monotonic() - started, units
 
 
 def _doctor_names_the_lost_peer(pair, survivor, victim, state: dict, probe: str) -> None:
@@ -255,10 +271,8 @@ def _doctor_names_the_lost_peer(pair, survivor, victim, state: dict, probe: str)
 
 
 def test_follower_killed_the_pair_serves_again(pair, converged):
-    seconds, states = _kill_and_recover(pair, pair.follower)
+    seconds, states = _kill_and_recover(pair, pair.follower)  # both units active/running
     assert seconds < RECOVERY_S
-    for m in pair.machines:
-        assert active(m, "vllm.service") == "active"
     # the leader's completions hung: its supervisor restarted it, and its doctor says why
     leader = pair.leader.cfg.name
     state = states["after"][leader]
@@ -324,12 +338,25 @@ REPLICAS_DEPLOYS = (
 )
 ROUTER_PORT = 8080  # inventory/group_data/all.py router_port
 VLLM_PORT = 8000  # lab/pair_inventory.py VLLM_PORT
-#: a stopped replica is out of the router's rotation within 2 failed checks 3 s apart, each
-#: waiting 2 s (inventory/lab_replicas.py): 8 s; with room for the 2 shared cores
-DROP_S = 20
-#: seconds of requests through the router while rig b's engine stops: before, during, after
+#: a stopped replica is out of the router's rotation within 2 failed checks 3 s apart, the last
+#: waiting 2 s (inventory/lab_replicas.py): 8 s
+BOUND_S = replica_drop_bound_s(
+    runpy.run_path(str(scenario.REPO / REPLICAS_INVENTORY))["lab_replicas"][1]
+)
+#: the bound with room for the 2 shared cores
+DROP_S = BOUND_S + 12
+#: seconds of requests through the router while a replica's engine stops: before, during, after
 LOAD_S = 50
 ONE_TOKEN = {"prompt": "1", "max_tokens": 1}
+#: seconds between two requests of one route's client (a few per second each: the cores are
+#: shared)
+PAUSE_S = 0.2
+#: the routes a client uses, each with the body it posts (None: a GET)
+ROUTES = {
+    "/v1/models": None,
+    "/v1/completions": ONE_TOKEN,
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "1"}], "max_tokens": 1},
+}
 
 
 @pytest.fixture(scope="module")
@@ -461,35 +488,90 @@ def test_decode_rate_of_one_rig(pair, replicas):
     )
 
 
-def test_router_keeps_answering_with_one_replica_stopped(pair, replicas):
+def _route_loads(pair, replicas, for_s: float) -> dict[str, subprocess.Popen]:
+    """One client per route a client uses (:data:`ROUTES`), each asking the router again and
+    again for ``for_s`` seconds from the controller's end of the bridge."""
     router = dataclasses.replace(replicas["router"], key_file=None)
-    follower = pair.follower
-    load = link_client(
-        pair.net.link_netns, router, "/v1/completions", ONE_TOKEN, 10, replicas["key"], LOAD_S
-    )
+    return {
+        path: link_client(
+            pair.net.link_netns, router, path, body, 30, replicas["key"], for_s, PAUSE_S
+        )
+        for path, body in ROUTES.items()
+    }
+
+
+@pytest.mark.parametrize("down", ["b", "a"])
+def test_replica_down_every_route_answers(pair, replicas, down):
+    """One replica's vllm.service stopped (rig b's, then rig a's, which also runs the router)
+    under back-to-back requests on every route a client uses: what each route answered, how
+    long the router sent to the dead replica, and once it is out (the stop's end plus the
+    router's drop bound, roles/router/flags.py replica_drop_bound_s, plus room for the shared
+    cores) every route answers 200 from the replica left, /v1/models naming the served model.
+    Started again, the replica serves through the router again (seconds printed)."""
+    victim = pair.follower if down == "b" else pair.leader
+    # each client's answers read as they come: a client whose pipe is full stops asking
+    pool = ThreadPoolExecutor(len(ROUTES))
+    loads = {
+        path: pool.submit(answers, load, LOAD_S + 60)
+        for path, load in _route_loads(pair, replicas, LOAD_S).items()
+    }
     time.sleep(8)  # requests through both replicas first
     stopped = time.time()
-    follower.ssh("systemctl stop vllm.service", timeout=120)
+    victim.ssh("systemctl stop vllm.service", timeout=120)
     stop_s = time.time() - stopped
-    results = answers(load, LOAD_S + 60)
-    before = [r for r in results if r["t"] < stopped]
-    after = [r for r in results if r["t"] >= stopped]
-    failed = [r for r in after if r["status"] != 200]
-    switch_s = max(r["t"] for r in failed) - stopped if failed else 0.0
-    settled = [r for r in after if r["t"] > stopped + stop_s + DROP_S]
-    print(
-        f"\nrouter failover: {len(before)} requests before rig b's stop ({stop_s:.1f} s), "
-        f"{len(after)} after, {len(failed)} failed, the last {switch_s:.1f} s after the stop: "
-        f"{[(r['status'], str(r['body'])[:120]) for r in failed][:5]}"
-    )
-    assert before and all(r["status"] == 200 for r in before), before
-    assert len(settled) >= 5, f"too few requests after the switch: {after}"
-    assert all(r["status"] == 200 for r in settled), settled
-    # started again: the router takes rig b back (round robin reaches it)
-    started = time.monotonic()
-    follower.ssh("systemctl start vllm.service", timeout=960)
-    served = _served(follower)
-    while _served(follower) <= served:
-        assert time.monotonic() - started < RECOVERY_S, "the router never sent to rig b again"
+    try:
+        _every_route_answers(loads, down, stopped, stop_s)
+    finally:  # the other case needs this replica up
+        pool.shutdown()
+        started = time.monotonic()
+        victim.ssh("systemctl start vllm.service", timeout=960)
+        loaded = time.monotonic() - started
+    # started again: the router takes it back (round robin reaches it)
+    served = _served(victim)
+    while _served(victim) <= served:
+        assert time.monotonic() - started < RECOVERY_S, f"the router never sent to rig {down} again"
         assert completion_ok(pair.leader, target=replicas["router"])
-    print(f"\nrig b started and served through the router after {time.monotonic() - started:.1f} s")
+    print(
+        f"\nrig {down} started ({loaded:.1f} s to active) and served through the router after "
+        f"{time.monotonic() - started:.1f} s"
+    )
+
+
+def _every_route_answers(loads: dict, down: str, stopped: float, stop_s: float) -> None:
+    """The assertions of :func:`test_replica_down_every_route_answers` on the routes' answers
+    (``loads``: each route's answers to come; ``stopped``: Unix time the stop began, which took
+    ``stop_s``)."""
+    settled_at = stopped + stop_s + DROP_S
+    outcomes = {}
+    for path, load in loads.items():
+        results = load.result()
+        outcomes[path] = route_outcome(results, stopped, settled_at)
+        outcomes[path]["models"] = sorted(
+            {
+                m["id"]
+                for r in results
+                if r["status"] == 200 and path == "/v1/models"
+                for m in r["body"]["data"]
+            }
+        )
+        _capture(f"replica-{down}-down{path.replace('/', '-')}.json", results, stopped, stop_s)
+    print(
+        f"\nrig {down}'s vllm.service stopped ({stop_s:.1f} s; drop bound {BOUND_S} s): "
+        f"{json.dumps(outcomes, indent=1)[:6000]}"
+    )
+    for path, seen in outcomes.items():
+        assert seen["before"] and seen["before_ok"], (path, seen)
+        assert seen["settled"] >= 5, f"{path}: too few requests after the drop: {seen}"
+        assert seen["settled_ok"], (path, seen)
+    assert outcomes["/v1/models"]["models"], outcomes["/v1/models"]
+
+
+def _capture(name: str, results: list[dict], stopped: float, stop_s: float) -> None:
+    """With ``RIGUP_TEST_CAPTURE_DIR`` set: the route's answers and the stop's time, as JSON,
+    for tests/fixtures/router (the unit tests of lab/router_failover.py read them)."""
+    where = os.environ.get("RIGUP_TEST_CAPTURE_DIR")
+    if where:
+        os.makedirs(where, exist_ok=True)
+        record = {"stopped": stopped, "stop_s": stop_s, "bound_s": BOUND_S, "results": results}
+        with open(os.path.join(where, name), "w") as f:
+            json.dump(record, f, indent=1)

@@ -66,10 +66,13 @@ def test_voxcpm_real_synthesizer_in_the_deployed_venv(converged):
 def test_bad_settings_are_refused_before_any_change(converged):
     before = converged.ssh("stat -c %Y /etc/rigup/vllm/serve-args.json").stdout
     proc = pyinfra(
-        "-y", "inventory/lab.py", "deploys/full.py", "--data", "vllm_gpu_memory_utilization=lots"
-    )
+        "-y", "inventory/lab.py", "deploys/full.py", "--data", "vllm_gpu_memory_utilization=lots",
+        # the lab runs vLLM's dev mode (inventory/lab.py): its routes never face the network
+        "--data", "vllm_host=0.0.0.0",
+    )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "vllm_gpu_memory_utilization: must be a number" in out, out
+    assert "vllm_server_dev_mode: True with vllm_host 0.0.0.0, not loopback" in out, out
     assert "Beginning operation run" not in out
     assert converged.ssh("stat -c %Y /etc/rigup/vllm/serve-args.json").stdout == before
 

@@ -11,8 +11,11 @@ from tests.lab.labtools import (
     LAB_MARKS,
     active,
     doctor,
+    main_pid,
     problems,
+    pyinfra,
     verdict_ids,
+    wait_up,
 )
 
 pytestmark = LAB_MARKS
@@ -199,9 +202,74 @@ def test_doctor_names_the_fault_of_each_broken_unit(converged):
                 time.sleep(5)
             assert code == 2 and expected <= set(found), (what, found, problems(result))
             print(f"\n{what}: " + " | ".join(p for p in problems(result) if "vllm" in p.lower()))
-    finally:  # the unit put back (the lab is destroyed next: no wait for vLLM to serve again)
+    finally:  # the unit put back and serving again: the media and modes modules follow on this lab
         lab.ssh(
             "cp /root/vllm.service.good /etc/systemd/system/vllm.service && "
             "systemctl daemon-reload && systemctl restart --no-block vllm.service",
+            check=False,
+        )
+        assert wait_up(lab, "vllm.service", 600) == "active/running", "vLLM did not serve again"
+
+
+#: vLLM's TMPDIR (roles/vllm/flags.py), where torch.compile's C++ precompiled header goes
+VLLM_TMP = "/var/lib/rigup/vllm/tmp"
+#: a file system of the lab machine's own, never the disk it shares with its host: 64 MiB,
+#: below the 134 MiB header (a cold start in the lab) and the 2 GiB a start needs
+SMALL_TMPFS = (
+    f"mount -t tmpfs -o size=64m,mode=700,uid=$(id -u vllm),gid=$(id -g vllm) "
+    f"rigup-lab-small {VLLM_TMP}"
+)
+
+
+def test_a_full_disk_refuses_the_restart_before_any_change_and_the_doctor_names_enospc(
+    converged,
+):
+    """On a 64 MiB tmpfs over vLLM's TMPDIR inside the lab machine: a converge
+    with a pending change to the serving vllm.service stops before any change naming the path and
+    free vs needed GiB (vLLM keeps serving, its unit untouched); a restart onto it dies in
+    torch's C++ compile with ENOSPC, and rigup-doctor names ENOSPC first, never the routine
+    ulimit warning."""
+    lab = converged
+    started = time.monotonic()
+    lab.ssh("rigup-mode llm")  # serving already after the tests above; alone, a cold start
+    assert active(lab, "vllm.service") == "active"
+    print(f"\nLLM mode up in {time.monotonic() - started:.1f} s")
+    stamp = "stat -c %Y /etc/systemd/system/vllm.service /etc/rigup/vllm/vllm.env"
+    before, pid = lab.ssh(stamp).stdout, main_pid(lab, "vllm.service")
+    lab.ssh(SMALL_TMPFS)
+    try:
+        started = time.monotonic()
+        proc = pyinfra("-y", "inventory/lab.py", "deploys/vllm.py", "--data", "vllm_max_num_seqs=7")
+        refused_s = time.monotonic() - started
+        out = " ".join((proc.stdout + proc.stderr).split())
+        assert proc.returncode != 0, out[-3000:]
+        assert "not enough free space to restart vllm.service" in out, out[-3000:]
+        assert f"{VLLM_TMP} (file system {VLLM_TMP}): 0.06 GiB free of 0.06 GiB, 2 GiB" in out
+        assert "Beginning operation run" not in out and "(nothing was changed)" in out
+        assert lab.ssh(stamp).stdout == before and main_pid(lab, "vllm.service") == pid
+        print(f"refused in {refused_s:.1f} s")
+
+        lab.ssh("systemctl restart --no-block vllm.service")
+        found: list[str] = []
+        code, result = 0, {}
+        while time.monotonic() - started < 420:
+            time.sleep(10)
+            code, result, _ = doctor(lab, "services")
+            found = verdict_ids(result, "services")
+            if "no-space" in found:
+                break
+        assert code == 2 and "no-space" in found, (found, problems(result))
+        services = next(s for s in result["sections"] if s["name"] == "services")
+        first = next(v for v in services["verdicts"] if v["severity"] == "fail")
+        assert first["id"] == "no-space", services["verdicts"]
+        assert f"writing {VLLM_TMP}/torchinductor_vllm/precompiled_headers/" in first["what"]
+        assert f"its file system {VLLM_TMP}:" in first["what"]
+        assert not any("Errno 24" in p for p in problems(result)), problems(result)
+        print(f"doctor named ENOSPC {time.monotonic() - started:.1f} s in: {first['what']}")
+    finally:  # the lab's own disk back under vLLM, which starts again without a wait: the media
+        # module next switches to the media mode (rigup-mode stops a starting vLLM at once)
+        lab.ssh(
+            f"systemctl stop vllm.service; umount {VLLM_TMP}; "
+            "systemctl start --no-block vllm.service",
             check=False,
         )

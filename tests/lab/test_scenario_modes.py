@@ -4,12 +4,17 @@ a release locked by its first run)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import shlex
+import socket
+import subprocess
+import time
 
 import pytest
 
 from lab import comfyui_lab, scenario, serving
+from roles.vllm.settings import DEV_MODE_ROUTES
 from tests.lab.labtools import (
     LAB_MARKS,
     active,
@@ -25,10 +30,6 @@ pytestmark = LAB_MARKS
 
 
 # --- GPU modes, VRAM budget and ComfyUI -------------------------------------------------
-COMFYUI = comfyui_lab.comfyui_mirror() is not None
-NO_COMFYUI = "no ComfyUI mirror on the controller (set RIGUP_COMFYUI_MIRROR): ComfyUI is left out"
-
-
 @pytest.fixture(scope="module", autouse=True)
 def fully_converged(converged):
     """A full converge first: earlier modules place models again with deploys/model.py alone,
@@ -47,8 +48,7 @@ def test_mode_switch_with_real_systemd_and_vllm_serving(media):
     lab = media
     assert active(lab, "rigup-media.target") == "active"
     assert active(lab, "vllm.service") == "inactive", "vLLM must not run in the media mode"
-    if COMFYUI:
-        assert active(lab, "comfyui.service") == "active"
+    assert active(lab, "comfyui.service") == "active"
     step = serving.serve(lab)
     assert step.ok, step.detail.get("stderr")
     print(
@@ -79,12 +79,12 @@ def test_mode_switch_with_real_systemd_and_vllm_serving(media):
     assert active(lab, "rigup-llm.target") == "inactive"
     assert active(lab, "vllm.service") == "inactive", "PartOf= did not stop vLLM"
     assert active(lab, "voxcpm.service") == "active"
-    if COMFYUI:
-        # rigup-mode returns once ComfyUI's ExecStartPost saw GET /system_stats answer
-        assert active(lab, "comfyui.service") == "active"
-        port = comfyui_lab.lab_comfyui_port(lab.cfg)
-        stats = json.loads(lab.ssh(f"curl -fsS http://127.0.0.1:{port}/system_stats").stdout)
-        assert stats["devices"][0]["type"] == "cpu"
+    # rigup-mode returns once ComfyUI's ExecStartPost saw GET /system_stats answer
+    assert active(lab, "comfyui.service") == "active"
+    port = comfyui_lab.lab_comfyui_port(lab.cfg)
+    stats = json.loads(lab.ssh(f"curl -fsS http://127.0.0.1:{port}/system_stats").stdout)
+    assert stats["devices"][0]["type"] == "cpu"
+    assert stats["system"]["comfyui_version"] == "0.30.0", stats["system"]
 
 
 def test_a_killed_engine_is_restarted_by_systemd(converged):
@@ -98,6 +98,113 @@ def test_a_killed_engine_is_restarted_by_systemd(converged):
     assert main_pid(lab, "vllm.service") not in (0, before)
     assert "1" == lab.ssh("systemctl show -p NRestarts --value vllm.service").stdout.strip()
     assert infra("tests/infra/test_vllm_serving.py", "-k", "chat_completion").ok
+
+
+def _global_ipv4() -> str:
+    """This controller's first non-loopback IPv4 address (the lab shares its network)."""
+    out = subprocess.run(
+        ["ip", "-j", "-4", "addr", "show", "scope", "global"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    addresses = [a["local"] for link in json.loads(out) for a in link.get("addr_info", [])]
+    assert addresses, "this controller has no non-loopback IPv4 address to probe from"
+    return addresses[0]
+
+
+def _probe(address: str, port: int, method: str, path: str, key: str | None) -> str:
+    """``"refused"``, or the HTTP status a request got (the route answered)."""
+    conn = http.client.HTTPConnection(address, port, timeout=10)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        conn.request(method, path, body=b"{}" if method == "POST" else None, headers=headers)
+        return str(conn.getresponse().status)
+    except ConnectionRefusedError:
+        return "refused"
+    finally:
+        conn.close()
+
+
+def test_vllm_dev_mode_routes_answer_on_loopback_only(converged):
+    """The lab runs vLLM with vllm_server_dev_mode (inventory/lab.py): the running engine has
+    VLLM_SERVER_DEV_MODE=1 and its dev-mode routes (roles/vllm/settings.py DEV_MODE_ROUTES,
+    each listed by its own /openapi.json) answer on loopback; on the machine's non-loopback
+    address not one of them answers, with the key or without, while a listener bound there
+    answers (the address is reachable: the refusal is vLLM's bind, not the network)."""
+    lab = converged
+    lab.ssh("rigup-mode llm")  # up already after the test above: no restart
+    port = serving.lab_vllm_port(lab.cfg)
+    environ = lab.ssh(f"tr '\\0' '\\n' < /proc/{main_pid(lab, 'vllm.service')}/environ").stdout
+    assert "VLLM_SERVER_DEV_MODE=1" in environ.splitlines()
+    listed = json.loads(lab.ssh(f"curl -fsS http://127.0.0.1:{port}/openapi.json").stdout)
+    missing = [p for _, p in DEV_MODE_ROUTES if p not in listed["paths"]]
+    assert not missing, f"dev-mode routes the running vLLM does not serve: {missing}"
+    loopback = lab.ssh(f"curl -sS -o /dev/null -w '%{{http_code}}' 127.0.0.1:{port}/is_sleeping")
+    assert loopback.stdout == "200", "the dev routes do not answer on loopback: nothing proven"
+    address = _global_ipv4()
+    with socket.create_server((address, 0)) as control:
+        with socket.create_connection((address, control.getsockname()[1]), timeout=5):
+            pass  # a listener bound to that address is reached
+    answered = {
+        (method, path, bool(key)): status
+        for method, path in DEV_MODE_ROUTES
+        for key in (None, "the-wrong-key")
+        if (status := _probe(address, port, method, path, key)) != "refused"
+    }
+    assert not answered, f"dev-mode routes answered on {address}:{port}: {answered}"
+    assert _probe(address, port, "GET", "/v1/models", None) == "refused"
+    listening = lab.ssh(f"ss -Hltn 'sport = :{port}'").stdout.split()
+    assert f"127.0.0.1:{port}" in listening and f"0.0.0.0:{port}" not in listening, listening
+
+
+def test_an_interrupted_converge_is_finished_by_the_next_run(converged):
+    """Issue 32 item 11: a converge interrupted after it wrote vllm.service's environment file
+    and before it restarted the service leaves vLLM on the old configuration (here the file's
+    content is what the next run writes too, so no file of the next run changes). rigup-doctor
+    and testinfra report it, the dry plan shows the restart, and the next converge restarts it."""
+    lab = converged
+    lab.ssh("rigup-mode llm")
+    before = main_pid(lab, "vllm.service")
+    lab.ssh("sleep 1.1; touch /etc/rigup/vllm/vllm.env")  # written after the engine started
+    code, result, _ = doctor(lab, "services")
+    assert "service-stale" in verdict_ids(result, "services"), result
+    assert not infra("tests/infra/test_modes.py", "-k", "runs_what_is_on_disk").ok
+    plan = scenario.idempotence()
+    assert "vLLM | Restart vllm.service if running (its inputs changed)" in plan.detail.get(
+        "changes", []
+    ), plan.detail
+    assert scenario.converge().ok
+    assert wait_up(lab, "vllm.service", 600) == "active/running"
+    assert main_pid(lab, "vllm.service") not in (0, before)
+    assert "service-stale" not in verdict_ids(doctor(lab, "services")[1], "services")
+    assert scenario.idempotence().rc == 0
+
+
+def test_a_switch_while_vllm_starts_stops_it_at_once(converged):
+    """A mode switch while vLLM is still starting: vLLM 0.22.1's API server does not end on
+    SIGTERM before it serves, so systemd's stop waited out TimeoutStopSec= (60 s) and left
+    vllm.service `failed`. rigup-mode stops a starting service of the other mode at once (it has
+    served nothing) and leaves it inactive, with no failure of its own making on record."""
+    lab = converged
+    lab.ssh("rigup-mode llm")
+    lab.ssh(
+        "systemctl restart --no-block vllm.service && for i in $(seq 60); do "
+        '[ "$(systemctl show -p SubState --value vllm.service)" = start-post ] && break; '
+        "sleep 0.5; done"
+    )
+    assert active(lab, "vllm.service") == "activating"
+    started = time.monotonic()
+    out = lab.ssh("rigup-mode media").stdout
+    seconds = time.monotonic() - started
+    print(
+        f"\nrigup-mode media during vLLM's start: {seconds:.1f} s (the media services' start included)"
+    )
+    assert "vllm.service was still starting (nothing served yet): stopped at once" in out, out
+    assert active(lab, "vllm.service") == "inactive"
+    assert lab.ssh("systemctl show -p Result --value vllm.service").stdout.strip() == "success"
+    assert active(lab, "rigup-media.target") == "active"
+    assert active(lab, "voxcpm.service") == "active"
 
 
 def test_a_crash_loop_fails_the_converge_naming_the_unit(converged):
@@ -139,7 +246,7 @@ def test_oversubscribed_budget_is_refused_on_the_lab_before_any_change(converged
         "inventory/lab.py",
         "deploys/full.py",
         "--data",
-        "comfyui_install=True",  # also where the lab leaves ComfyUI out (no mirror)
+        "comfyui_install=True",
         "--data",
         "comfyui_cpu=False",
         "--data",
@@ -154,7 +261,6 @@ def test_oversubscribed_budget_is_refused_on_the_lab_before_any_change(converged
     assert converged.ssh("stat -c %Y /etc/systemd/system/rigup-media.target").stdout == before
 
 
-@pytest.mark.skipif(not COMFYUI, reason=NO_COMFYUI)
 def test_user_files_in_comfyui_survive_a_converge(media):
     """Outputs and custom nodes a user made are never touched; a checkout edited by hand stops
     the run with the files named instead of being reset."""
@@ -176,7 +282,6 @@ def test_user_files_in_comfyui_survive_a_converge(media):
         media.ssh("git -C /opt/rigup/comfyui/src checkout -- nodes.py")
 
 
-@pytest.mark.skipif(not COMFYUI, reason=NO_COMFYUI)
 def test_comfyui_highvram_by_hand_fails_clearly_then_converge_repairs_it(media):
     media.ssh(
         "sed -i 's| --cpu| --cpu --highvram|' /etc/systemd/system/comfyui.service && "
@@ -207,7 +312,6 @@ for rel in sys.argv[1:]:
 """
 
 
-@pytest.mark.skipif(not COMFYUI, reason=NO_COMFYUI)
 def test_flux2_manifest_placed_and_linked_where_comfyui_lists_it(media):
     """The FLUX.2 Dev manifest through the model machinery: a local copy in the repository's
     layout is verified into the store, each file linked into ComfyUI's folder from the manifest,
@@ -252,12 +356,19 @@ def test_a_comfyui_release_is_locked_by_its_first_run(converged, tmp_path):
     comfyui_version.py and requirements.txt): the first run checks out the commit v1.1 names,
     compiles its requirements with every hash, builds the venv from that and writes the release
     lock here; the next run changes nothing; after the tag moves, a rig with the lock still gets
-    the locked commit."""
+    the locked commit; a lock naming another tree id than the commit's is refused before the
+    checkout. The lab's own ComfyUI (0.30.0, the same paths) is stopped and moved
+    aside meanwhile, and put back as it was."""
+    was = converged.ssh("systemctl is-active comfyui.service", check=False).stdout.strip()
+    converged.ssh(
+        "systemctl stop comfyui.service && rm -rf /opt/rigup/comfyui.lab && "
+        "mv /opt/rigup/comfyui /opt/rigup/comfyui.lab"
+    )
     converged.ssh(_TEST_RELEASES)
     repo = "/srv/mirror/comfyui-test.git"
     tagged = converged.ssh(f"git -C {repo} rev-parse 'v1.1^{{commit}}'").stdout.strip()
-    # comfyui_commit= : with a ComfyUI mirror the lab pins its own commit of its own release,
-    # which a release without a lock refuses (roles/comfyui/settings.py)
+    # comfyui_commit= : a release without a lock refuses a commit of one's own
+    # (roles/comfyui/settings.py); the lab sets none, and this keeps it so
     data = [
         f"comfyui_git_url={repo}",
         "comfyui_release=v1.1",
@@ -293,5 +404,20 @@ def test_a_comfyui_release_is_locked_by_its_first_run(converged, tmp_path):
         head = converged.ssh("git -C /opt/rigup/comfyui/src rev-parse HEAD").stdout.strip()
         assert head == tagged != converged.ssh(f"git -C {repo} rev-parse v1.1").stdout.strip()
         assert converged.ssh(f"{venv} -c 'import idna'", check=False).returncode != 0
+        # a lock whose tree id is not the commit's: refused before the checkout, naming both ids
+        tree = converged.ssh(f"git -C {repo} rev-parse '{tagged}^{{tree}}'").stdout.strip()
+        lock_file = tmp_path / "v1.1.toml"
+        lock_file.write_text(lock_file.read_text() + f'tree = "{"0" * 40}"\n')
+        converged.ssh("rm -rf /opt/rigup/comfyui")
+        refused = pyinfra("-y", "inventory/lab.py", deploy, *args)
+        out = refused.stdout + refused.stderr
+        assert refused.returncode != 0, out[-4000:]
+        assert f"commit {tagged} has tree {tree}, the release lock pins tree {'0' * 40}" in out
+        assert converged.ssh("test -e /opt/rigup/comfyui/src", check=False).returncode != 0
     finally:
-        converged.ssh(f"rm -rf /opt/rigup/comfyui /var/tmp/comfy-test {repo}")
+        converged.ssh(
+            f"rm -rf /opt/rigup/comfyui /var/tmp/comfy-test {repo} && "
+            "mv /opt/rigup/comfyui.lab /opt/rigup/comfyui"
+        )
+        if was == "active":
+            converged.ssh("systemctl start comfyui.service")

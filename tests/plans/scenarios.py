@@ -35,11 +35,16 @@ def _ubuntu_2604(uid: int = 0, systemd: bool = True) -> dict:
 # --- Models ---
 #: roles/model/facts.py ModelCandidates: what the local source finds under model_local_dirs
 CANDIDATES = re.compile(r"echo store ")
-FREE_BYTES = "df -B1 --output=avail"
+FREE_SPACE = "df -B1 --output=target,avail,size"
 
 
 def _free(gb: int = 500) -> dict:
-    return {FREE_BYTES: ["Avail", str(gb * 10**9)]}
+    """roles/common/preflight.py FreeSpace: ``gb`` GB free on / for the models' destinations
+    (the shape of tests/fixtures/lab/freespace-tmpfs-full.txt)."""
+    lines = []
+    for dest in (PLACED, VOXCPM_PLACED):
+        lines += [f"== {dest}", f"/          {gb * 10**9} 2000000000000"]
+    return {FREE_SPACE: lines}
 
 
 def _mirror_present(free_gb: int = 500) -> dict:
@@ -290,6 +295,13 @@ def nouveau_loaded():
 def converged_rig():
     """The NVIDIA layer already converged: driver loaded, held, 290 W, persistence, NVLink NV4."""
     return {**_converged_nvidia(), **_ubuntu_2604(), **_driver(), **_mirror_present()}, {}
+
+
+def converged_rig_to_closed():
+    """converged_rig (driver 580 open loaded) with nvidia_driver_variant = "server": the switch
+    to the closed modules under a running driver, which needs a reboot."""
+    facts, data = converged_rig()
+    return facts, {**data, "nvidia_driver_variant": "server"}
 
 
 def former_host_libraries():
@@ -557,6 +569,19 @@ def lab_next_boot_converged():
     }, {"nvidia_gpu_count": 0, "nvidia_driver_next_boot": True}
 
 
+def lab_next_boot_to_595():
+    """The converged Ubuntu lab (580 open) with nvidia_driver_branch = 595: a driver switch."""
+    facts, data = lab_next_boot_converged()
+    return facts, {**data, "nvidia_driver_branch": 595}
+
+
+def lab_next_boot_to_server():
+    """The converged Ubuntu lab (580 open) with nvidia_driver_variant = "server": the closed
+    modules of NVIDIA's datacenter packaging (NVIDIA/open-gpu-kernel-modules#1211's fix)."""
+    facts, data = lab_next_boot_converged()
+    return facts, {**data, "nvidia_driver_variant": "server"}
+
+
 def bad_kv_cache_dtype():
     """A typo in a setting: must stop before any operation is even planned."""
     return {**_ubuntu_2604(), **_mirror_present()}, {"vllm_kv_cache_dtype": "fp8_e5m3"}
@@ -764,6 +789,9 @@ SCENARIOS = {
         fresh_no_gpu,
         lab_next_boot_fresh,
         lab_next_boot_converged,
+        lab_next_boot_to_595,
+        converged_rig_to_closed,
+        lab_next_boot_to_server,
         bad_kv_cache_dtype,
         too_few_gpus,
         missing_model_source,
@@ -833,6 +861,32 @@ def llm_mode_running():
     }, {}
 
 
+def llm_mode_stale():
+    """As llm_mode_running, but vllm.service runs an older configuration than the one on disk: a
+    converge was interrupted after writing its environment file and before its restart (the
+    UnitStartedBefore answer in the shape systemd 259 and stat print it on the lab machine:
+    tests/fixtures/systemd/stale/env-changed-*)."""
+    responses, overrides = llm_mode_running()
+    responses[re.compile(r"--timestamp=unix -p ActiveState .* -- '?vllm\.service")] = [
+        "ActiveState=active",
+        "SubState=running",
+        "NeedDaemonReload=no",
+        "ExecMainStartTimestamp=@1796287714",
+        "1796287714 /etc/systemd/system/vllm.service",
+        "1796287725 /etc/rigup/vllm/vllm.env",
+    ]
+    return responses, overrides
+
+
+def llm_mode_disk_full():
+    """As llm_mode_running (vllm.service up, this run changes its inputs: a restart is planned),
+    with vLLM's TMPDIR on a full 64 MiB tmpfs: roles/common/preflight.py FreeSpace answers as
+    the lab machine printed it (tests/fixtures/lab/freespace-tmpfs-full.txt: 1 MiB free)."""
+    responses, overrides = llm_mode_running()
+    captured = _fixture("lab/freespace-tmpfs-full.txt")[1:-1]  # the output, without $ and [exit]
+    return {re.compile(r"df -B1 --output=target,avail,size"): captured, **responses}, overrides
+
+
 def llm_mode_crash_loop():
     """The LLM mode is on but vllm.service crashes and systemd keeps restarting it."""
     return {
@@ -889,6 +943,13 @@ def comfyui_new_release():
     }
 
 
+def comfyui_not_installed():
+    """A rig without ComfyUI (comfyui_install = False): no workflows, no media rows."""
+    return {**_converged_nvidia(), **_ubuntu_2604(), **_driver(), **_mirror_present()}, {
+        "comfyui_install": False
+    }
+
+
 def comfyui_on_cpu_no_gpu():
     """The lab's shape: no GPU declared, ComfyUI on the CPU, media mode at boot."""
     return {**_ubuntu_2604(), **_mirror_present()}, {
@@ -902,7 +963,10 @@ SCENARIOS.update(
     {
         f.__name__: f
         for f in (
+            comfyui_not_installed,
             llm_mode_running,
+            llm_mode_stale,
+            llm_mode_disk_full,
             llm_mode_crash_loop,
             media_mode_by_user,
             media_oversubscribed,

@@ -25,6 +25,38 @@ def test_running_llm_mode_is_kept_and_restarts_only_on_change():
     )
 
 
+def test_a_service_running_an_older_configuration_is_restarted_by_the_next_run():
+    """Issue 32 item 11: a converge interrupted between writing vllm.service's inputs and its
+    restart; the next run plans the restart unconditionally (a dry run shows it), where a
+    service that runs what is on disk restarts only on a change of this run."""
+    rc, parsed, err = plan("llm_mode_stale")
+    assert rc == 0, err
+    assert "vLLM | Restart vllm.service if running (its inputs changed)" in changes(parsed)
+    assert "runs an older configuration than the one on disk (/etc/rigup/vllm/vllm.env" in err
+    rc, fresh, err = plan("llm_mode_running")
+    assert "vLLM | Restart vllm.service if running (its inputs changed)" not in changes(fresh)
+
+
+def test_a_restart_onto_a_full_file_system_is_refused_before_any_change():
+    """A full file system: vllm.service serves and this run changes its inputs (a restart is
+    planned), but its TMPDIR is a full 64 MiB tmpfs (the lab's df): the run stops at planning,
+    naming the path, free vs needed GiB and the figure's source; the same rig with room plans
+    the restart (llm_mode_running)."""
+    proc = run_pyinfra("llm_mode_disk_full", "--dry", "deploys/full.py")
+    assert proc.returncode != 0
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert "not enough free space to restart vllm.service" in out
+    assert "(nothing was changed)" in out
+    assert (
+        "/var/lib/rigup/vllm/tmp (file system /var/lib/rigup/vllm/tmp): 0.0010 GiB free of "
+        "0.06 GiB, 2 GiB needed: a start of vllm.service" in out
+    )
+    assert "the doctor's disk/full threshold" in out and "134 MiB in tmp" in out
+    assert "file system /:" not in out  # the root file system has room for the venv and start
+    rc, parsed, err = plan("llm_mode_running")
+    assert rc == 0, err
+
+
 def test_a_crash_loop_is_down_not_converged():
     """vllm.service in ``activating (auto-restart)`` counts as down: the run starts it (through
     rigup-start: tests/operations/mode_active/crash_loop_counts_as_down.json), which fails naming

@@ -5,6 +5,8 @@ reboot is decided and reported, never taken nor refused."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.plans.test_plans import _nvidia_ops, plan
 
 DRIVER_OP = "NVIDIA driver | Driver nvidia-driver-580-open + linux-modules-nvidia-580-open-generic"
@@ -54,3 +56,58 @@ def test_converged_lab_plans_nothing_and_shows_the_reboot_decision():
     assert "a reboot is needed" in err and "not taken: nvidia_driver_next_boot" in err, err
     assert "no NVIDIA module is installed for the running kernel 6.18.44-fc-v1045" in err, err
     assert "(it exists for 7.0.0-44-generic)" in err, err
+
+
+def _switch_plan(scenario: str) -> dict[str, str]:
+    rc, parsed, err = plan(scenario, "deploys/nvidia.py")
+    assert rc == 0, err
+    assert "switching the driver from nvidia-driver-580-open to" in err, err
+    return _nvidia_ops(parsed)
+
+
+@pytest.mark.parametrize(
+    "scenario,switch,install",
+    [
+        (
+            "lab_next_boot_to_595",
+            "Driver branch 595, variant open (another driver's packages removed)",
+            "Driver nvidia-driver-595-open + linux-modules-nvidia-595-open-generic",
+        ),
+        (
+            "lab_next_boot_to_server",
+            "Driver branch 580, variant server (another driver's packages removed)",
+            "Driver nvidia-driver-580-server + linux-modules-nvidia-580-server-generic",
+        ),
+    ],
+)
+def test_a_branch_or_variant_change_switches_the_driver_and_reports_the_reboot(
+    scenario, switch, install
+):
+    ops = _switch_plan(scenario)
+    assert ops[f"NVIDIA driver | {switch}"] == "change"
+    assert ops[f"NVIDIA driver | {install}"] == "change"
+    assert ops[REPORT_OP] == "conditional"
+    assert not any(n.startswith(("NVIDIA driver | Reboot to", "NVIDIA driver | Stop")) for n in ops)
+
+
+def test_converged_lab_plans_no_switch():
+    rc, parsed, err = plan("lab_next_boot_converged", "deploys/nvidia.py")
+    assert rc == 0, err
+    ops = _nvidia_ops(parsed)
+    assert (
+        ops["NVIDIA driver | Driver branch 580, variant open (another driver's packages removed)"]
+        == "none"
+    )
+    assert "switching the driver" not in err
+
+
+def test_a_rig_switching_under_its_running_driver_reboots_and_verifies_it():
+    rc, parsed, err = plan("converged_rig_to_closed", "deploys/nvidia.py")
+    assert rc == 0, err
+    ops = _nvidia_ops(parsed)
+    switch = "Driver branch 580, variant server (another driver's packages removed)"
+    assert ops[f"NVIDIA driver | {switch}"] == "change"
+    assert ops["NVIDIA driver | Reboot to load the NVIDIA driver"] == "conditional"
+    assert ops["NVIDIA driver | Driver loaded and consistent (rigup-nvidia-diagnose)"] == (
+        "conditional"
+    )

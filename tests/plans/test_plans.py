@@ -54,6 +54,8 @@ def test_fresh_rig_plans_every_component_in_order(fresh_rig):
     order = [
         "rigup base | Install the apt baseline",
         "rigup base | Install uv 0.13.9 (found: none)",
+        "rigup base | Script rigup-explain (why a unit is not up)",
+        "rigup base | /usr/local/bin/rigup-explain on PATH",
         "NVIDIA layer | NVIDIA driver | Blacklist nouveau",
         "NVIDIA layer | NVIDIA driver | Driver nvidia-driver-580-open + linux-modules-nvidia-580-open-generic",
         "NVIDIA layer | CUDA toolkit | CUDA toolkit venv (cuda-toolkit 13.0.2 wheels; uv, locked)",

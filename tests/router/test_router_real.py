@@ -107,6 +107,16 @@ def _chat(port: int) -> tuple[int, str]:
     return status, (answer or {}).get("system_fingerprint", "")
 
 
+def _wait_serving(router: subprocess.Popen, port: int, log: Path) -> None:
+    """Wait until the router on ``port`` answers /v1/models with 200 (at most 60 s). Raises
+    AssertionError with the tail of its ``log`` when it exits, or when 60 s pass."""
+    deadline = time.monotonic() + 60
+    while _call(port, "/v1/models")[0] != 200:
+        assert router.poll() is None, log.read_text()[-2000:]
+        assert time.monotonic() < deadline, "router not serving /v1/models within 60 s"
+        time.sleep(0.3)
+
+
 def _stop(process: subprocess.Popen) -> None:
     process.terminate()
     try:
@@ -144,11 +154,7 @@ def test_router_spreads_and_drops_a_dead_replica(vllm_router: str, policy: str, 
     log = (tmp_path / "router.log").open("w")
     router = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while _call(router_port, "/v1/models")[0] != 200:
-            assert router.poll() is None, (tmp_path / "router.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "router not serving /v1/models within 60 s"
-            time.sleep(0.3)
+        _wait_serving(router, router_port, tmp_path / "router.log")
 
         # The key is the replicas' to check: without it a replica answers 401 through the router.
         assert _call(router_port, "/v1/models", key=None)[0] == 401
@@ -222,4 +228,98 @@ def test_router_serves_the_replicas_up_when_one_is_down_at_start(vllm_router: st
     finally:
         _stop(router)
         _stop(replica)
+        log.close()
+
+
+#: the routes a client uses, each with its body (None: a GET)
+ROUTES = {
+    "/v1/models": None,
+    "/v1/completions": {"model": "rigup-test-model", "prompt": "1", "max_tokens": 1},
+    "/v1/chat/completions": {
+        "model": "rigup-test-model",
+        "messages": [{"role": "user", "content": "1"}],
+        "max_tokens": 1,
+    },
+}
+
+
+def _load(port: int, path: str, body: dict | None, until: float) -> list[dict]:
+    """Requests to ``path`` every 0.2 s until the monotonic time ``until``: each answer as
+    lab/router_failover.py reads it (status, seconds, Unix time it ended, body)."""
+    out = []
+    while time.monotonic() < until:
+        started = time.monotonic()
+        status, answer = _call(port, path, body)
+        out.append(
+            {
+                "status": status,
+                "seconds": time.monotonic() - started,
+                "t": time.time(),
+                "body": answer,
+            }
+        )
+        time.sleep(0.2)
+    return out
+
+
+@pytest.mark.parametrize("down", ["a", "b"])
+def test_every_route_answers_once_a_dead_replica_is_out(vllm_router: str, down: str, tmp_path):
+    """vllm-project/router#135, the whole kind: either replica killed under requests on every
+    route a client uses; a route may fail only within the drop bound rigup states
+    (replica_drop_bound_s: /v1/models goes to one replica with no retry, so it answers 500 while
+    that replica is dead and still in), completions and chat never; after the bound every
+    route answers 200 from the replica left. (Its return is the lab pair's test: the failed
+    inference requests opened the dead replica's circuit breaker, which stays open 60 s,
+    vllm-router's ``--cb-timeout-duration-secs``.)"""
+    from lab.router_failover import route_outcome
+    from roles.router.flags import replica_drop_bound_s
+
+    ports = {"a": _free_port(), "b": _free_port()}
+    backend_env = dict(os.environ, RIGUP_BACKEND_KEY=KEY)
+
+    def replica(name: str) -> subprocess.Popen:
+        argv = [sys.executable, str(BACKEND), str(ports[name]), name]
+        return subprocess.Popen(argv, env=backend_env, stderr=subprocess.DEVNULL)
+
+    replicas = {name: replica(name) for name in ports}
+    router_port = _free_port()
+    settings = {
+        "router_host": "127.0.0.1",
+        "router_port": router_port,
+        "router_metrics_port": _free_port(),
+        "router_policy": "round_robin",
+        "router_health_check_interval_s": INTERVAL_S,
+        "router_health_check_timeout_s": TIMEOUT_S,
+        "router_health_failure_threshold": 2,
+        "router_replica_startup_timeout_s": 30,
+    }
+    bound = replica_drop_bound_s(settings)
+    argv = router_argv(vllm_router, settings, [f"http://127.0.0.1:{p}" for p in ports.values()])
+    log = (tmp_path / "router.log").open("w")
+    router = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_serving(router, router_port, tmp_path / "router.log")
+        until = time.monotonic() + 2 + bound + 4
+        with ThreadPoolExecutor(len(ROUTES)) as pool:
+            loads = {p: pool.submit(_load, router_port, p, b, until) for p, b in ROUTES.items()}
+            time.sleep(2)
+            stopped = time.time()
+            replicas[down].kill()
+            replicas[down].wait()
+            seen = {
+                p: route_outcome(f.result(), stopped, stopped + bound) for p, f in loads.items()
+            }
+        for path, outcome in seen.items():
+            assert outcome["before"] and outcome["before_ok"], (path, outcome)
+            assert outcome["settled"] >= 5 and outcome["settled_ok"], (path, outcome)
+            if path == "/v1/models":
+                assert all(f["status"] == 500 for f in outcome["failed"]), outcome
+                assert (outcome["last_failure_s"] or 0) <= bound, outcome
+            else:
+                assert outcome["failed"] == [], (path, outcome)
+    finally:
+        _stop(router)
+        for process in replicas.values():
+            if process.poll() is None:
+                _stop(process)
         log.close()

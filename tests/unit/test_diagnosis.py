@@ -332,3 +332,30 @@ def test_nvidia_smi_not_loaded_is_refined_by_the_state():
 
     (v,) = explain(query.verdicts, state)
     assert v.id == "driver-not-loaded/secure-boot"
+
+
+@pytest.mark.parametrize("at", [0, 1])
+def test_a_reset_refused_by_persistence_mode_says_what_holds_it_and_the_order(at):
+    """NVIDIA/NVSentinel#1690: `nvidia-smi -r` exits 255 "In use by another client" while
+    persistence mode holds the GPU; rigup keeps it on, so the fix stops it first."""
+    b = blocks("field/smi-reset-in-use.txt")[at]
+    verdicts, _ = diagnosis.classify_nvidia_smi(b.output.splitlines(), b.exit_code)
+    (v,) = verdicts
+    assert v.id == "gpu-reset-refused/in-use" and v.severity == diagnosis.FAIL
+    assert v.what.startswith("nvidia-smi refused to reset the GPU at 00000000:")
+    assert "nvidia-persistenced" in v.why and "rigup keeps persistence mode on" in v.why
+    order = [v.fix.index(step) for step in (
+        "systemctl stop vllm.service", "systemctl stop nvidia-persistenced", "nvidia-smi -pm 0",
+        "nvidia-smi -r -i", "systemctl start nvidia-persistenced", "nvidia-smi -pm 1",
+        "rigup-mode", "reboot",
+    )]  # fmt: skip
+    assert order == sorted(order)
+
+
+def test_every_reset_advice_says_that_rigup_keeps_persistence_on():
+    """Each verdict whose fix is a GPU reset (Xid 154, GSP timeouts, the Xids NVIDIA resolves
+    with a reset) gives the order that works with persistence mode on."""
+    resets = [s for s in diagnosis.SIGNATURES if "nvidia-smi -r" in s.fix]
+    assert len(resets) >= 4
+    for sig in resets:
+        assert "stop nvidia-persistenced" in sig.fix and "nvidia-smi -pm 1" in sig.fix, sig.id

@@ -200,7 +200,9 @@ def test_the_section_reads_the_units_and_the_state_file(configs, tmp_path):
         service |= {"ActiveState": "inactive", "SubState": "dead", "Result": "success"}
         return 0, _show(timer, service)
 
-    section = doctor.check_cluster(cfg, runner, now=float(watch["checked"]) + 5)
+    # the rig booted an hour before the supervisor restarted its engine: this boot's restart
+    booted = float(watch["restarted"]) - 3600
+    section = doctor.check_cluster(cfg, runner, now=float(watch["checked"]) + 5, boot=booted)
     assert seen[0][:2] == ["systemctl", "show"]
     assert seen[0][-2:] == ["rigup-cluster-watch.timer", "rigup-cluster-watch.service"]
     assert doctor.report([section])["sections"][0] | {"verdicts": None} == {
@@ -221,6 +223,11 @@ def test_the_section_reads_the_units_and_the_state_file(configs, tmp_path):
     }
     assert [v.id for v in section.verdicts] == ["cluster/peer-lost"]
     assert "== cluster: WARN" in doctor.render([section])
+    # the same state file read after a reboot: the restart was the last boot's
+    rebooted = doctor.check_cluster(
+        cfg, runner, now=float(watch["checked"]) + 5, boot=booted + 7200
+    )
+    assert doctor.report([rebooted])["sections"][0]["status"] == "ok"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
@@ -240,4 +247,6 @@ def test_a_missing_or_torn_state_file_is_no_state(tmp_path):
 def test_this_boot_from_proc_stat(tmp_path):
     (tmp_path / "stat").write_text("cpu  1 2 3\nbtime 1796100000\nprocesses 9\n")
     assert doctor.boot_time(str(tmp_path / "stat")) == 1796100000.0
-    assert doctor.boot_time() <= __import__("time").time()
+    (tmp_path / "stat").write_text("cpu  1 2 3\nprocesses 9\n")
+    with pytest.raises(ValueError, match="no btime"):
+        doctor.boot_time(str(tmp_path / "stat"))

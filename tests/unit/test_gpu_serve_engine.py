@@ -189,6 +189,11 @@ FIX = REPO / "tests" / "fixtures"
             {"NCCL_P2P_DISABLE": "1"},
             ["--disable-custom-all-reduce"],
         ),
+        (
+            "rtx3090/nvlink-s-empty-no-bridge.txt",
+            {"NCCL_P2P_DISABLE": "1"},
+            ["--disable-custom-all-reduce"],
+        ),
     ],  # fmt: skip
 )
 def test_interconnect_is_rigup_nvlinks_verdict(tmp_path, monkeypatch, model, nvlink, env, args):
@@ -217,6 +222,9 @@ def test_interconnect_is_rigup_nvlinks_verdict(tmp_path, monkeypatch, model, nvl
     link = engine.interconnect(tmp_path / "work", 2, 4, rigup.host_package(tmp_path / "lib"))
     assert link["exit"] == 0, link["report"]
     assert (link["env"], link["args"]) == (env, args)
+    if not answers["nvlink"]:  # driver 580 without a bridge (canonical/checkbox#2617)
+        assert "no NVLink links reported at all: no bridge detected" in link["report"]
+        assert "driver sees every GPU" not in link["report"]
     o = engine.Overrides(
         model=model,
         interconnect_env=tuple(link["env"].items()),

@@ -215,3 +215,54 @@ def test_the_written_tokenizer_has_the_configs_vocab_size(tiny_int4):
     config = json.loads((tiny_int4 / "config.json").read_text())
     tok = Tokenizer.from_file(str(tiny_int4 / "tokenizer.json"))
     assert tok.get_vocab_size() == config["text_config"]["vocab_size"] == TINY.vocab
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+CALL = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+    "</tool_call>"
+)
+
+
+def scripted_answer(thinking: bool, tools: list | None) -> str:
+    """What the scripted model writes after the prompt the checkpoint's own chat template renders
+    (jinja2, as transformers renders it for vLLM): the bigram chain the weights encode
+    (lab.tiny.tokenizer.script_chain) followed from the prompt's last token to <|im_end|>."""
+    import jinja2
+
+    from lab.tiny.tokenizer import CHAT_TEMPLATE, script_chain
+
+    tok = build_tokenizer(TINY.vocab)
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = json.dumps
+    prompt = env.from_string(CHAT_TEMPLATE).render(
+        messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+        tools=tools,
+        add_generation_prompt=True,
+        enable_thinking=thinking,
+    )
+    chain, end = script_chain(tok), tok.token_to_id("<|im_end|>")
+    out = [tok.encode(prompt).ids[-1]]
+    while out[-1] != end and len(out) < 64:
+        out.append(chain[out[-1]])
+    return tok.decode(out[1:], skip_special_tokens=False)
+
+
+@pytest.mark.parametrize("tools", [[WEATHER], None], ids=["tools", "no tools"])
+def test_the_weather_call_comes_with_thinking_on_and_off(tools):
+    """Many clients leave thinking on (the template's default): the call follows the reasoning
+    and the greeting there, as the content qwen3_coder's parser leaves beside the call; with
+    thinking off it is the whole answer."""
+    on = scripted_answer(True, tools)
+    assert on == (
+        "The user says hello; a short greeting is enough.\n</think>\n\nHello! I am a tiny "
+        f"random-weight Qwen3.6-shaped test model.{CALL}<|im_end|>"
+    )
+    assert scripted_answer(False, tools) == f"{CALL}<|im_end|>"

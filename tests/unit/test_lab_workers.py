@@ -10,6 +10,7 @@ from lab.config import LabConfig
 from lab.hub_lab import hub_port
 from lab.offline import cut_port
 from lab.serving import lab_vllm_port
+from lab.voxcpm_lab import lab_voxcpm_port
 from tests.lab.labtools import lab_env
 
 
@@ -21,7 +22,7 @@ def _ports(env: dict[str, str]) -> set[int]:
         cut_port(cfg),
         lab_vllm_port(cfg),
         lab_comfyui_port(cfg),
-        cfg.ssh_port + 10000,  # inventory/lab.py: voxcpm_port
+        lab_voxcpm_port(cfg),  # inventory/lab.py: voxcpm_port
     }
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from roles.model import PlacedModel, placed_path
 from roles.model.commands import fetch_argv, placed_problems
-from roles.model.facts import FreeBytes, ModelCandidates
+from roles.model.facts import ModelCandidates
 from roles.model.manifest import MANIFEST_DIR, ManifestError, load_manifest, parse_manifest
 
 LLM = "qwen3.6-27b-int4-autoround"
@@ -137,9 +137,6 @@ def test_fetch_command_without_hub_has_no_token_file(settings):
 
 
 # ---- facts ----------------------------------------------------------------------------------
-def test_free_bytes_reads_df_output():
-    assert FreeBytes().process(["    Avail", "512110190592"]) == 512110190592
-    assert FreeBytes().process([]) is None
 
 
 def test_model_candidates_command_and_output():

@@ -194,6 +194,31 @@ def test_interconnect_missing_bridge_pcie_only():
     assert not result.p2p_ok
 
 
+def test_an_empty_nvlink_status_is_no_bridge_not_a_missing_gpu():
+    """Driver 580 prints nothing for `nvidia-smi nvlink --status` without a bridge
+    (canonical/checkbox#2617): one sentence, not "check that the driver sees every GPU"."""
+    from rigup import diagnosis
+    from rigup.nvidia.nvlink import NO_LINKS_AT_ALL
+
+    result = verify_interconnect(
+        parse_nvlink_status(""),
+        parse_topology(read("rtx3090/topo-m-phb-no-nvlink.txt")),
+        parse_p2p_matrix(read("rtx3090/topo-p2p-r-chipset-not-supported.txt")),
+        gpu_count=2,
+        expected_links=4,
+    )
+    assert result.problems[0] == NO_LINKS_AT_ALL
+    assert NO_LINKS_AT_ALL.startswith("no NVLink links reported at all: no bridge detected")
+    assert "driver sees every GPU" not in " ".join(result.problems)
+    state = {"required": False, "active": result.active_links, "problems": result.problems}
+    (v,) = diagnosis.classify_nvlink(state)
+    assert v.what == (
+        "no NVLink links reported at all: no bridge detected: tensor parallel runs over PCIe"
+    )
+    (required,) = diagnosis.classify_nvlink({**state, "required": True})
+    assert required.severity == diagnosis.FAIL and required.why.startswith(NO_LINKS_AT_ALL)
+
+
 def test_proc_version_and_secure_boot():
     assert parse_proc_driver_version(read("h200x2/proc-version.txt")) == ("580.159.04", True)
     assert parse_proc_driver_version("") is None

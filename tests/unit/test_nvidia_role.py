@@ -246,9 +246,23 @@ def test_path_mismatch_refused():
     assert "set nvidia_install_path = 'nvidia-repo'" in problems[0]
 
 
-def test_other_branch_refused():
-    problems, _ = preflight(packages={"installed": {"nvidia-driver-570-open": "570.1"}})
-    assert "another driver branch is installed (nvidia-driver-570-open)" in problems[0]
+def test_other_branch_is_switched_with_a_warning_naming_what_apt_removes():
+    installed = {"nvidia-driver-595-open": "595.99.02", "libnvidia-compute-595": "595.99.02"}
+    problems, warnings = preflight({"nvidia_driver_branch": 580}, packages={"installed": installed})
+    assert problems == []
+    assert warnings == [
+        "switching the driver from nvidia-driver-595-open to nvidia-driver-580-open "
+        "(nvidia_driver_branch 580, nvidia_driver_variant 'open'): apt removes 2 package(s) of "
+        "the other driver (libnvidia-compute-595, nvidia-driver-595-open) in the transaction "
+        "that installs it; the new driver loads at the next boot"
+    ]
+
+
+def test_closed_variant_switch_keeps_the_branch_shared_libraries():
+    problems, warnings = preflight({"nvidia_driver_variant": "closed"})
+    assert problems == []
+    assert len(warnings) == 1 and "to nvidia-driver-580 (" in warnings[0], warnings
+    assert "libnvidia-compute-580" not in warnings[0]  # shared by the open and closed modules
 
 
 FRESH = {**STATE, "loaded": None, "installed": None, "userspace": None}

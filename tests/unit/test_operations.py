@@ -52,6 +52,7 @@ OPERATIONS = {
     "mode_active": "roles.modes:mode_active",
     "model_placed": "roles.model.operations:model_placed",
     "driver_held": "roles.nvidia.operations:driver_held",
+    "driver_switched": "roles.nvidia.operations:driver_switched",
     "cuda_home_linked": "roles.nvidia.operations:cuda_home_linked",
     "cuda_math_header_patched": "roles.nvidia.operations:cuda_math_header_patched",
     "file_placed": "roles.common.placed:file_placed",

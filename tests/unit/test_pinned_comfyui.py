@@ -1,10 +1,10 @@
-"""The pinned ComfyUI's own code, read from a git mirror at the commit of the shipped release lock
-the lab runs (LAB_COMFYUI_RELEASE): its argument parser accepts what rigup renders and rejects typos and offload-defeating flags, its version file
-matches the lock's version, and files/comfyui/requirements.in follows its requirements.txt.
-
-Needs a git mirror of ComfyUI holding that commit, named by $RIGUP_COMFYUI_MIRROR. No machine
-here reaches GitHub, so CI has none: these tests skip then, saying why. The lab runs the same
-parser check on the host with the deployed checkout (files/comfyui/check_args.py, tests/infra).
+"""The pinned ComfyUI's own code: the lab's release (LAB_COMFYUI_RELEASE, ComfyUI 0.30.0), read
+at its locked commit from the repository lab/comfyui_source.py makes of the pinned sdist on PyPI
+(downloaded once into $RIGUP_LAB_CACHE_DIR/comfyui, sha256 and tree id checked). Its argument
+parser accepts what rigup renders and rejects typos and offload-defeating flags, its version file
+matches the lock's version, and the release's requirements lock satisfies its requirements.txt.
+The lab runs the same parser check on the host with the deployed checkout
+(files/comfyui/check_args.py, tests/infra).
 """
 
 from __future__ import annotations
@@ -16,29 +16,30 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
-from lab.comfyui_lab import COMFYUI_MIRROR_ENV, LAB_COMFYUI_RELEASE, comfyui_mirror
+from lab.comfyui_lab import LAB_COMFYUI_RELEASE, comfyui_source
 from roles.comfyui.flags import main_args
 from roles.comfyui.release import load_release
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK = REPO / "files" / "comfyui" / "check_args.py"
+PINS = REPO / "files" / "comfyui" / "pins.in"
 
-pytestmark = pytest.mark.skipif(
-    comfyui_mirror() is None,
-    reason=f"no ComfyUI mirror: set {COMFYUI_MIRROR_ENV} to a git mirror of ComfyUI holding "
-    "the commit of LAB_COMFYUI_RELEASE (no machine here reaches GitHub)",
-)
+
+@pytest.fixture(scope="module")
+def source():
+    """The cached, checked source repository (built here on first use: ~12 MB from PyPI)."""
+    return comfyui_source()
 
 
 def _release(settings):
     return load_release(LAB_COMFYUI_RELEASE, settings["comfyui_lock_dir"])
 
 
-def _show(settings: dict, path: str) -> str:
-    mirror = comfyui_mirror()
+def _show(source, settings: dict, path: str) -> str:
     out = subprocess.run(
-        ["git", "--git-dir", str(mirror), "show", f"{_release(settings).commit}:{path}"],
+        ["git", "--git-dir", str(source.bare), "show", f"{_release(settings).commit}:{path}"],
         capture_output=True,
         text=True,
     )
@@ -46,12 +47,23 @@ def _show(settings: dict, path: str) -> str:
     return out.stdout
 
 
+def test_the_locked_commit_has_the_locked_tree(source, settings):
+    release = _release(settings)
+    tree = subprocess.run(
+        ["git", "--git-dir", str(source.bare), "rev-parse", f"{release.commit}^{{tree}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert tree == release.tree == "41e7dd48ea31bc0f0948e415091e89bc7a1c66d7"
+
+
 @pytest.fixture
-def checkout(settings, tmp_path) -> Path:
+def checkout(source, settings, tmp_path) -> Path:
     """The files the parser needs (comfy/cli_args.py, comfy/options.py) at the pinned commit."""
     (tmp_path / "comfy").mkdir()
     for path in ("comfy/cli_args.py", "comfy/options.py"):
-        (tmp_path / path).write_text(_show(settings, path))
+        (tmp_path / path).write_text(_show(source, settings, path))
     return tmp_path
 
 
@@ -71,7 +83,8 @@ def test_parser_accepts_the_rendered_arguments(settings, checkout, tmp_path):
     assert rc == 0, result
     assert result["listen"] == "127.0.0.1" and result["port"] == 8188
     assert result["base_directory"] == settings["comfyui_base_dir"]
-    assert result["cuda_device"] == 0 and result["reserve_vram"] == 1.0 and not result["cpu"]
+    # 0.30.0's --cuda-device is a string: a comma-separated list of ids (comfy/cli_args.py)
+    assert result["cuda_device"] == "0" and result["reserve_vram"] == 1.0 and not result["cpu"]
     assert result["database_url"] == "sqlite:////srv/rigup/comfyui/user/comfyui.db"
 
 
@@ -98,28 +111,37 @@ def test_parser_rejects(settings, checkout, tmp_path, flag, error):
     assert rc == 1 and error in result["error"], result
 
 
-def test_version_file_matches_the_setting(settings):
-    text = _show(settings, "comfyui_version.py")
+def test_version_file_matches_the_setting(source, settings):
+    text = _show(source, settings, "comfyui_version.py")
     assert f'__version__ = "{_release(settings).version}"' in text.splitlines()
 
 
-def _requirements(text: str) -> dict[str, str]:
-    reqs = {}
-    for line in text.splitlines():
+def _pins(lock: str) -> dict[str, str]:
+    """``name -> version`` of a uv requirements lock (``name==version \\`` lines)."""
+    found = re.findall(r"^([A-Za-z0-9._-]+)==([^ ;\\]+)", lock, re.MULTILINE)
+    return {name.lower().replace("_", "-"): version for name, version in found}
+
+
+def test_the_requirements_lock_satisfies_the_pinned_requirements_txt(source, settings):
+    """Every requirement of the pinned ComfyUI's requirements.txt is in the release's lock at a
+    version its specifier allows, and at a version files/comfyui/pins.in allows (torch,
+    torchvision and torchaudio as vLLM's lock has them; transformers below 5.15)."""
+    pins = _pins(_release(settings).requirements.read_text())
+    problems = []
+    for line in _show(source, settings, "requirements.txt").splitlines():
         line = line.split("#", 1)[0].strip()
-        if line:
-            name = re.split(r"[<>=~!; ]", line, maxsplit=1)[0].lower()
-            reqs[name] = line[len(name) :].strip()
-    return reqs
-
-
-def test_requirements_in_follows_the_pinned_requirements_txt(settings):
-    """Every requirement of the pinned ComfyUI is in requirements.in with the same specifier,
-    except torch/torchvision/torchaudio, which rigup pins to vLLM's release (a shared cache)."""
-    upstream = _requirements(_show(settings, "requirements.txt"))
-    ours = _requirements((REPO / "files" / "comfyui" / "requirements.in").read_text())
-    added = {"requests"}  # imported by the pinned ComfyUI, missing from its requirements.txt
-    assert set(upstream) | added == set(ours), (set(upstream) | added) ^ set(ours)
-    shared_torch = {"torch", "torchvision", "torchaudio"}
-    differ = {n: (upstream[n], ours[n]) for n in upstream if upstream[n] != ours[n]}
-    assert set(differ) <= shared_torch, differ
+        if not line:
+            continue
+        req = Requirement(line)
+        name = req.name.lower().replace("_", "-")
+        if name not in pins:
+            problems.append(f"{req}: not in the lock")
+        elif not req.specifier.contains(pins[name], prereleases=True):
+            problems.append(f"{req}: the lock has {pins[name]}")
+    for line in PINS.read_text().splitlines():
+        if line and not line.startswith("#"):
+            req = Requirement(line)
+            found = pins.get(req.name.lower())
+            if found is None or not req.specifier.contains(found, prereleases=True):
+                problems.append(f"{line}: the lock has {found}")
+    assert not problems, problems

@@ -25,7 +25,7 @@ from roles.common.checks import (
     number,
     service_port,
 )
-from roles.common.footprint import MODES, ServiceFootprint, registry_problems
+from roles.common.footprint import MODES, DiskNeeds, ServiceFootprint, registry_problems
 from roles.common.paths import ServicePaths
 from roles.common.setting import ServiceKeys, TypedSettings, declared, optional, rules, setting
 from roles.doctor.config import doctor_config
@@ -83,6 +83,7 @@ ROUTER = ServiceFootprint(
     vram=_vram,
     settings=_settings_module(),
     paths=RouterPaths,
+    disk=DiskNeeds(0.1, "a test service's", 0.1, "a test service's"),
     install_key="router_install",
     gpu_index_key="router_gpu_index",
     share_keys=("router_vram_gib",),

@@ -100,6 +100,43 @@ def test_managed_flags_cannot_be_smuggled_in_extra_args(settings):
     assert problem.startswith("vllm_extra_args: --port sets what vllm_port sets")
 
 
+@pytest.mark.parametrize(
+    ("extra", "token", "reason"),
+    [
+        (["--kv-cache-memory-bytes", "20G"], "--kv-cache-memory-bytes",
+         "ignores --gpu-memory-utilization (vllm#53787)"),
+        (["--kv_cache_memory_bytes=21474836480"], "--kv_cache_memory_bytes",
+         "Set vllm_gpu_memory_utilization instead"),
+        (["--num-gpu-blocks=4096"], "--num-gpu-blocks (an abbreviation of "
+         "--num-gpu-blocks-override)", "fixes the number of KV-cache blocks"),
+        (["--cpu-offload-gb", "8"], "--cpu-offload-gb", "reads them over PCIe"),
+        (["--kv-offloading-size", "32"], "--kv-offloading-size", "KV cache in system memory"),
+        (["--mamba-ssm-cache-dtype", "float16"], "--mamba-ssm-cache-dtype", "float32"),
+    ],
+)  # fmt: skip
+def test_flags_that_move_vllms_memory_accounting_are_refused_with_why(
+    settings, extra, token, reason
+):
+    """vllm-project/vllm#53787: the engine boots healthy and dies on the first real request,
+    while the settings check printed a budget vLLM does not follow."""
+    settings["vllm_extra_args"] = extra
+    (problem,) = validate(settings)
+    assert problem.startswith(f"vllm_extra_args: {token} changes vLLM's memory accounting: ")
+    assert reason in problem
+
+
+def test_the_cpu_build_may_size_its_kv_cache_in_bytes(settings):
+    """No VRAM budget to keep true on the CPU build (the lab pair sizes its KV cache so)."""
+    settings["vllm_extra_args"] = ["--kv-cache-memory-bytes", "268435456"]
+    settings["vllm_device"] = "cpu"
+    assert not [p for p in validate(settings) if p.startswith("vllm_extra_args")]
+
+
+def test_a_flag_of_the_memory_groups_that_moves_no_memory_passes(settings):
+    settings["vllm_extra_args"] = ["--prefix-caching-hash-algo", "sha256"]
+    assert validate(settings) == []
+
+
 def test_model_source_outside_store(settings):
     settings["model_local_dirs"] = [settings["model_store_dir"] + "/mirror"]
     (problem,) = validate(settings)
@@ -127,6 +164,8 @@ def test_require_valid_settings_lists_all_and_says_nothing_changed(settings):
     [
         ("nvidia_driver_branch", 570, "too old: vLLM 0.22.1's CUDA 13 wheels need an R580"),
         ("nvidia_driver_branch", "580", "driver branch number"),
+        ("nvidia_driver_branch", 590, "590 is not a branch rigup supports: 580 ("),
+        ("nvidia_driver_variant", "proprietary", "must be one of open, closed, server"),
         ("nvidia_install_path", "ppa", "must be one of ubuntu, nvidia-repo"),
         ("nvidia_power_limit_w", 20, "between 50 and 1000"),
         ("nvidia_power_limit_w", 290.5, "must be an integer"),
@@ -142,6 +181,35 @@ def test_require_valid_settings_lists_all_and_says_nothing_changed(settings):
 def test_bad_nvidia_value_is_named(settings, key, value, fragment):
     problems = validate({**settings, key: value})
     assert any(p.startswith(f"{key}:") and fragment in p for p in problems), problems
+
+
+@pytest.mark.parametrize("branch", [580, 595])
+@pytest.mark.parametrize("variant", ["open", "closed", "server", "server-open"])
+def test_supported_branches_and_variants_pass(settings, branch, variant):
+    assert (
+        validate({**settings, "nvidia_driver_branch": branch, "nvidia_driver_variant": variant})
+        == []
+    )
+
+
+def test_unsupported_branch_names_the_supported_ones_and_their_source(settings):
+    (problem,) = validate({**settings, "nvidia_driver_branch": 600})
+    assert problem.startswith("nvidia_driver_branch: 600 is not a branch rigup supports")
+    assert "580 (the default" in problem and "supported to 2028" in problem
+    assert "595 (the branch NVIDIA's Ubuntu 26.04 driver containers start at" in problem
+    assert "source: roles/nvidia/branches.py SUPPORTED_BRANCHES" in problem
+
+
+def test_nvidia_repo_path_installs_only_the_open_variant(settings):
+    problems = validate(
+        {
+            **settings,
+            "nvidia_install_path": "nvidia-repo",
+            "nvidia_cuda_keyring_sha256": "a" * 64,
+            "nvidia_driver_variant": "server",
+        }
+    )
+    assert len(problems) == 1 and problems[0].startswith("nvidia_driver_variant: 'server'")
 
 
 def test_power_limit_unset_means_card_default(settings):

@@ -126,6 +126,7 @@ def test_managed_flag_table():
             "--tool-call-parser": "vllm_tool_call_parser",
             "--override-generation-config": "vllm_override_generation_config",
             "--api-key": "vllm_api_key_env",
+            "--enable-sleep-mode": "vllm_enable_sleep_mode",
             # many rigs (roles/cluster): the multi-node flags
             "--pipeline-parallel-size": "vllm_pipeline_parallel_size",
             "--nnodes": "vllm_nnodes",

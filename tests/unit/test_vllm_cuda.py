@@ -114,3 +114,79 @@ def test_zero_acceptance_names_a_missing_or_broken_mtp_head():
     assert "accepted none of 5 drafts" in v.what
     assert "MTP head" in v.why and "z-lab/paroquant#42" in v.why and "sampling" in v.why
     assert "mtp.*" in v.fix and "vllm_speculative_config = None" in v.fix
+
+
+def zero_acceptance_window() -> dict:
+    text = "\n".join(
+        line.rsplit(" ", 1)[0] + " 0.0"
+        if line.startswith("vllm:spec_decode_num_accepted_tokens") and "_created" not in line
+        else line
+        for line in log("metrics-excerpt-cudagraphs.txt").splitlines()
+    )
+    return metrics_window(text)
+
+
+@pytest.mark.parametrize(("all_reduce", "state"), [(True, "on"), (None, "on unless the unit")])
+def test_zero_acceptance_with_tensor_parallel_names_custom_all_reduce_and_the_ab(all_reduce, state):
+    """noonghunna/club-3090#922: 0 % with custom all-reduce, 100 % without, on 2x3090."""
+    from rigup.doctor import metrics_state
+
+    cfg = {"vllm": {"speculative_config": {"method": "mtp"}, "prefix_caching": False,
+                    "tensor_parallel_size": 2}}  # fmt: skip
+    verdicts = diagnosis.classify_metrics(
+        metrics_state(cfg, zero_acceptance_window(), 1600, all_reduce)
+    )
+    (v,) = [v for v in verdicts if v.kind == "spec-decode"]
+    assert v.id == "spec-decode/none"
+    assert (
+        "MTP head" in v.why and f"tensor parallel 2 and vLLM's custom all-reduce {state}" in v.why
+    )
+    assert "club-3090#922" in v.why
+    assert v.fix.startswith(
+        "first the A/B that decides between the two: `sudo rigup-bench --arms nvlink-off"
+    )
+    assert '["--disable-custom-all-reduce"]' in v.fix and "mtp.*" in v.fix
+    # one GPU, or the all-reduce already off: the MTP head alone
+    for tp, car in ((1, False), (2, False)):
+        cfg["vllm"]["tensor_parallel_size"] = tp
+        found = diagnosis.classify_metrics(metrics_state(cfg, zero_acceptance_window(), 1600, car))
+        (v,) = [v for v in found if v.kind == "spec-decode"]
+        assert "all-reduce" not in v.why + v.fix
+
+
+def test_the_doctor_reads_the_custom_all_reduce_from_the_running_command_line():
+    from rigup.doctor import custom_all_reduce
+
+    cfg = {"vllm": {"unit": "vllm.service", "tensor_parallel_size": 2}}
+    argv = "/opt/rigup/vllm/venv/bin/python -m vllm.entrypoints.cli.main serve /m --tensor-parallel-size 2"
+
+    def runner(answer_ps: str):
+        def run(cmd: list[str]) -> tuple[int, str]:
+            return (0, "4242\n") if cmd[0] == "systemctl" else (0, answer_ps)
+
+        return run
+
+    assert custom_all_reduce(cfg, runner(argv)) is True
+    assert custom_all_reduce(cfg, runner(argv + " --disable-custom-all-reduce")) is False
+    assert custom_all_reduce(cfg, runner("")) is None
+    assert (
+        custom_all_reduce({"vllm": {"unit": "x", "tensor_parallel_size": 1}}, runner(argv)) is False
+    )
+
+
+def test_prefix_cache_queried_with_0_hits_is_named_in_each_case():
+    """Queried and 0 hits: on (blocks too short), on with the block size unknown (no '?'), and
+    queried though rigup's unit has it off (the running vLLM is not the configured one)."""
+    w = {"since": "the last 5 s", "queries": 12000, "hits": 0, "prompt_tokens": 12000}
+    (on,) = [v for v in diagnosis.classify_metrics({**w, "prefix_caching": True, "block": 1600})
+             if v.kind == "prefix-cache"]  # fmt: skip
+    assert on.id == "prefix-cache/no-hits" and "queried, with 0 hits" in on.why
+    assert "at least two blocks (3200 tokens)" in on.why
+    (unknown,) = [v for v in diagnosis.classify_metrics({**w, "prefix_caching": True})
+                  if v.kind == "prefix-cache"]  # fmt: skip
+    assert "?" not in unknown.why + unknown.fix and "Setting attention block size" in unknown.why
+    (off,) = [v for v in diagnosis.classify_metrics({**w, "prefix_caching": False, "block": 1600})
+              if v.kind == "prefix-cache"]  # fmt: skip
+    assert off.id == "prefix-cache/unexpected" and off.severity == diagnosis.WARN
+    assert "12,000 prompt tokens" in off.what and "(0 hits)" in off.what
+    assert "systemctl cat vllm.service" in off.fix

@@ -7,10 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,15 +16,11 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.unit.speech_server import speech_server
+
 REPO = Path(__file__).resolve().parents[2]
 SERVER = REPO / "files" / "voxcpm" / "voxcpm_server.py"
 KEY = "vox-" + os.urandom(12).hex()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(url: str, key: str | None = None) -> tuple[int, dict]:
@@ -43,31 +36,8 @@ def _get(url: str, key: str | None = None) -> tuple[int, dict]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    model = tmp_path_factory.mktemp("voxcpm2")
-    (model / "config.json").write_text(json.dumps({"architecture": "voxcpm2"}))
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(SERVER), "--model-dir", str(model), "--port", str(port),
-         "--synthesizer", "test-double", "--test-double-load-seconds", "0"],
-        env={**os.environ, "VOXCPM_API_KEY": KEY},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if _get(f"{base}/ready")[0] == 200:
-                break
-        except OSError:
-            pass
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.monotonic() < deadline, "the server did not get ready in 60 s"
-        time.sleep(0.2)
-    yield base
-    proc.terminate()
-    proc.wait(timeout=30)
+    with speech_server(tmp_path_factory.mktemp("speech"), KEY, load_seconds=0) as base:
+        yield base
 
 
 def test_readiness_stays_open_for_systemd(server):

@@ -232,3 +232,27 @@ def test_real_synthesizer_pcm_is_24_khz(server):
     assert status == "200" and headers["x-sample-rate"] == "24000", headers
     size = int(target.run(f"stat -c %s {WORK}/d.pcm").stdout.strip())
     assert size % 2 == 0 and size / 2 / 24000 > 0.2, size  # whole 16-bit samples, audible length
+
+
+def test_real_synthesizer_releases_and_reloads_voxcpm2(server):
+    """POST /release drops voxcpm's model (the server stays up, /ready 503 released, speech
+    503), POST /reload loads it again with voxcpm's API, and it speaks (runs last: the model
+    is loaded again at its end)."""
+    target, _ = server
+    status, _ = _http(target, "/release", {})
+    assert status == "200"
+    ready = json.loads(target.run(f"curl -s http://127.0.0.1:{PORT}/ready").stdout)
+    assert ready["status"] == "released" and ready["synthesizer"] == "voxcpm", ready
+    assert _http(target, "/v1/audio/speech", {"input": "Hello rig."})[0] == "503"
+    assert _http(target, "/reload", {})[0] == "202"
+    for _ in range(240):
+        ready = json.loads(target.run(f"curl -s http://127.0.0.1:{PORT}/ready").stdout)
+        if ready["status"] != "loading":
+            break
+        time.sleep(0.5)
+    assert ready["status"] == "ready" and ready["load_seconds"] > 0, ready
+    print(f"\nreal VoxCPM2 reloaded in {ready['load_seconds']} s")
+    body = {"input": "Hello rig.", "response_format": "wav"}
+    status, headers = _http(target, "/v1/audio/speech", body, f"{WORK}/e.wav")
+    assert status == "200" and headers["x-synthesizer"] == "voxcpm", headers
+    assert _wav_info(target, f"{WORK}/e.wav")["peak"] > 0

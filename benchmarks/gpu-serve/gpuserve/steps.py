@@ -46,18 +46,29 @@ def api_checks(record: dict) -> list[dict]:
             ("completion", lambda: c.completion(api)),
             ("chat, reasoning apart", lambda: c.chat_reasoning_apart(api, reasoning)),
             ("stream", lambda: c.stream(api)),
-            ("tool call (qwen3_coder)", lambda: c.tool_call(api)),
+            ("tool call (qwen3_coder)", lambda: c.tool_call(api, False, False, reasoning)),
+            ("tool call, streamed", lambda: c.tool_call(api, False, True, reasoning)),
+            ("tool call, thinking on", lambda: c.tool_call(api, True, False, reasoning)),
+            ("tool call, thinking on, streamed", lambda: c.tool_call(api, True, True, reasoning)),
             ("metrics", lambda: c.metrics(api, speculative=spec)),
         ]
     )
 
 
-def summary(run: Path, healthy: bool, waited: float, why: str, checks: list[dict] | None) -> dict:
-    """The run's summary: the engine's start facts from its log, the GPUs, the checks."""
+def summary(
+    run: Path,
+    healthy: bool,
+    waited: float,
+    why: str,
+    checks: list[dict] | None,
+    scraped: dict | None = None,
+) -> dict:
+    """The run's summary, written to ``run/summary.json``: the engine's start facts from its
+    log, the GPUs, the checks, and with MTP on ``mtp_acceptance``: ``{"metrics": scraped (what
+    :func:`acceptance_since_start` read), "log": the log's SpecDecoding lines summed}``."""
     record = engine.load(run)
-    facts = pure("rigup.diagnosis.engine_start").engine_start_facts(
-        (run / "engine.log").read_text(encoding="utf-8", errors="replace")
-    )
+    log = (run / "engine.log").read_text(encoding="utf-8", errors="replace")
+    facts = pure("rigup.diagnosis.engine_start").engine_start_facts(log)
     out = {
         "kv_prediction": kv_prediction(record, facts.as_dict()),
         "run": str(run),
@@ -72,8 +83,44 @@ def summary(run: Path, healthy: bool, waited: float, why: str, checks: list[dict
         "checks": checks,
         "checks_passed": None if checks is None else all(c["ok"] for c in checks),
     }
+    if record.get("speculative_config"):
+        metrics, _ = _libs(run)
+        out["mtp_acceptance"] = {"metrics": scraped, "log": metrics.logged_acceptance(log)}
     (run / "summary.json").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return out
+
+
+#: what a run that served records for the next start (``start --max-model-len-of RUN``)
+SERVED = "served.json"
+
+
+def record_served(run: Path, record: dict) -> dict:
+    """Write ``run/served.json`` once the engine answered /health: the context length it serves
+    (tokens; after ``--fit`` the length vLLM estimated, not the one asked), its tensor parallel
+    size, its per-GPU budget (GiB) and MTP on/off. Returns what it wrote."""
+    overrides = record.get("overrides") or {}
+    served = {
+        "max_model_len": record["max_model_len"],
+        "tensor_parallel_size": overrides.get("tensor_parallel_size"),
+        "memory_gib": overrides.get("memory_gib"),
+        "mtp": bool(record.get("speculative_config")),
+    }
+    (run / SERVED).write_text(json.dumps(served, indent=1) + "\n", encoding="utf-8")
+    return served
+
+
+def served_max_model_len(run: Path) -> int:
+    """The context length (tokens) the engine of ``run`` served, from ``run/served.json``.
+    Raises ValueError naming the file when that run never served (no /health answer)."""
+    path = run / SERVED
+    try:
+        return int(json.loads(path.read_text(encoding="utf-8"))["max_model_len"])
+    except FileNotFoundError:
+        raise ValueError(
+            f"--max-model-len-of {run}: no {SERVED} there (its engine never answered /health)"
+        ) from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"--max-model-len-of {run}: {path} is unreadable: {exc}") from None
 
 
 def kv_prediction(record: dict, facts: dict) -> dict:
@@ -115,16 +162,26 @@ def kv_prediction(record: dict, facts: dict) -> dict:
     return out
 
 
-def acceptance_since_start(record: dict, run: Path) -> dict | None:
-    """MTP acceptance from /metrics since the engine started (None without drafts)."""
-    metrics, _ = _libs(run)
+def acceptance_since_start(record: dict, run: Path) -> dict:
+    """MTP acceptance from /metrics since the engine started (:func:`acceptance_of`), or
+    ``{"error"}`` when /metrics did not answer."""
     c = pure("roles.vllm.api_checks")
     status, text = c.Api(record["base_url"], record["served_model_name"]).request(
         "/metrics", key=None
     )
     if status != 200:
-        return None
-    return metrics.acceptance(metrics.window(None, metrics.parse(text)))
+        return {"error": f"/metrics answered {status or 'nothing'}: {text[:200]}"}
+    return acceptance_of(text, run)
+
+
+def acceptance_of(text: str, run: Path) -> dict:
+    """MTP acceptance in one /metrics answer (Prometheus text), counted since the engine
+    started: rigup.metrics' ``{"rate", "mean_length", "per_position", "drafts",
+    "draft_tokens", "accepted"}``, or with no draft made only the counters as read
+    (``{"drafts", "draft_tokens", "accepted"}``, None where vLLM exports no such counter)."""
+    metrics, _ = _libs(run)
+    w = metrics.window(None, metrics.parse(text))
+    return metrics.acceptance(w) or {k: w[k] for k in ("drafts", "draft_tokens", "accepted")}
 
 
 def bench_config(record: dict, run: Path) -> dict[str, Any]:

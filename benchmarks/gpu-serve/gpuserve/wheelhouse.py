@@ -234,11 +234,9 @@ def plan(
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
+    """The file's sha256, hex."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def find_checked(pin: Pin, dirs: Iterable[Path]) -> Path | None:
@@ -269,7 +267,13 @@ def pip_download_argv(requirements: Path, dest: Path, target: Target) -> list[st
 def fetch(p: Plan, dest: Path, target: Target, have: Iterable[Path] = ()) -> dict[str, Path]:
     """Every wanted wheel in ``dest`` (created), checked against the lock: reused from ``dest``
     or ``have`` when there with a locked hash, else downloaded by pip. Returns name -> path.
-    Raises WheelhouseError when pip fails or a wheel does not match the lock."""
+    Raises WheelhouseError when pip fails or a wheel does not match the lock, and before any
+    change when a ``have`` directory does not exist (a mistyped path would else mean
+    downloading every wheel without a word)."""
+    have = list(have)
+    absent = [str(d) for d in have if not Path(d).is_dir()]
+    if absent:
+        raise WheelhouseError(f"--have: no such directory: {', '.join(absent)}")
     dest.mkdir(parents=True, exist_ok=True)
     found: dict[str, Path] = {}
     todo = []

@@ -1,6 +1,6 @@
 """The ComfyUI release machinery alone (checkout, requirements lock, venv, release lock), as
-roles/comfyui runs it: tests/lab/test_scenario.py runs it against a test repository of its own
-(the lab has no ComfyUI mirror unless RIGUP_COMFYUI_MIRROR names one)."""
+roles/comfyui runs it: tests/lab/test_scenario_modes.py runs it against a test repository of its
+own, with tags a first run locks."""
 
 from pyinfra.api import deploy
 

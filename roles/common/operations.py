@@ -106,8 +106,8 @@ def uv_venv_synced(
     if pending is None:
         yield f"{env} {shlex.quote(uv)} venv --python {shlex.quote(python)} {shlex.quote(venv)}"
     yield (
-        f"{env} {shlex.quote(uv)} pip sync --require-hashes --python {shlex.quote(python_bin)} "
-        f"{shlex.quote(lock)}"
+        f"{env} {shlex.quote(uv)} pip sync --require-hashes --compile-bytecode "
+        f"--python {shlex.quote(python_bin)} {shlex.quote(lock)}"
     )
     yield record_command(venv, lock, uv)
 
@@ -119,15 +119,25 @@ def record_command(venv: str, lock: str, uv: str) -> str:
 
 
 @operation()
-def uv_venv_recorded(venv: str, lock: str, uv: str):
+def uv_venv_recorded(
+    venv: str, lock: str, uv: str, cache_dir: str, tmp_dir: str, sources: str = ""
+):
     """Record that the venv at ``venv`` matches ``lock`` (after :func:`uv_venv_synced`), so the
     next run reads one fingerprint instead of running uv's dry run. A separate operation,
-    tracked by nothing: a venv converged before rigup kept this record gets it once, without
-    counting as new software (no check re-runs, no service restarts for it). A no-op when the
-    record is current (after a sync, which writes it)."""
+    tracked by nothing: a venv whose packages already match but that has no current record
+    (converged by uv alone, or synced without compiled bytecode: :data:`roles.common.facts.SYNC_FORM`) gets its
+    bytecode compiled (``uv pip sync --compile-bytecode`` with nothing to install compiles the
+    site-packages) and the record once, without counting as new software (no check re-runs,
+    no service restarts for it). A no-op when the record is current (after a sync, which
+    writes it). ``cache_dir``, ``tmp_dir``, ``sources``: as :func:`uv_venv_synced`."""
     if _venv_synced(venv, lock, uv):
         host.noop(f"venv {venv}: its sync is recorded")
         return
+    env = uv_env(cache_dir, tmp_dir, sources)
+    yield (
+        f"{env} {shlex.quote(uv)} pip sync --require-hashes --compile-bytecode "
+        f"--python {shlex.quote(f'{venv}/bin/python')} {shlex.quote(lock)}"
+    )
     yield record_command(venv, lock, uv)
 
 

@@ -66,7 +66,15 @@ def locked_venv(
         mislabelled=mislabelled,
         sources=PackageSources.from_data(settings).uv_env(),
     )
-    uv_venv_recorded(name=f"{what} venv: its sync recorded", venv=venv, lock=lock, uv=layout.uv)
+    uv_venv_recorded(
+        name=f"{what} venv: its sync recorded",
+        venv=venv,
+        lock=lock,
+        uv=layout.uv,
+        cache_dir=layout.uv_cache,
+        tmp_dir=layout.tmp,
+        sources=PackageSources.from_data(settings).uv_env(),
+    )
     uv_lock_private(venv)
     return LockedVenv(lock=lock_op, venv=venv_op, path=venv)
 

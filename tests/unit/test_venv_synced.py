@@ -74,3 +74,16 @@ def test_a_venv_without_stamp_or_lock_is_not_synced(venv):
     venv["lock"].unlink()
     assert _synced(venv) is False
     assert VenvSynced().process(["stamp ", "now e3b0"]) is False
+
+
+def test_a_venv_recorded_before_bytecode_was_compiled_is_synced_again(venv, monkeypatch):
+    """A record written by a sync of another form (before rigup compiled bytecode: the same
+    pipeline without its first line) does not count: the venv gets its compile and record."""
+    import roles.common.facts as facts
+
+    monkeypatch.setattr(facts, "SYNC_FORM", "plain")
+    _record(venv)
+    monkeypatch.undo()
+    assert _synced(venv) is False
+    _record(venv)
+    assert _synced(venv) is True

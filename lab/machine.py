@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from lab import cgroup, uvshare
+from lab import cgroup, uvshare, uvwarm
 from lab.config import SSH_HOST, LabConfig, LabError
 from lab.host import (
     check_root,
@@ -119,9 +119,10 @@ class LabMachine:
     def up(self) -> None:
         """Bring the machine to SSH-ready; a no-op (about a second) if it already is.
 
-        Builds or reuses the cached template (debootstrap, minutes, once per host), copies it to
-        the machine's rootfs if that is missing (seconds), reapplies the per-machine settings,
-        boots it, waits up to 60 s for SSH and up to 90 s for systemd to finish booting, and
+        Builds or reuses the cached template (debootstrap, minutes, once per host), meanwhile
+        warms the lab's uv cache with the venvs' wheels (:mod:`lab.uvwarm`, once per set of
+        locks), copies the template to the machine's rootfs if that is missing (seconds),
+        reapplies the per-machine settings, seeds its uv cache, boots it, waits up to 60 s for SSH and up to 90 s for systemd to finish booting, and
         writes known_hosts.
 
         Raises:
@@ -145,10 +146,16 @@ class LabMachine:
                     other = lab_machine_on_port(self.cfg.state_dir.parent, self.cfg.ssh_port)
                     holder = f"lab machine {other!r}" if other else port_holder(self.cfg.ssh_port)
                     raise LabError(port_taken_message(self.cfg, holder))
+                # the venvs' wheels into the lab's uv cache while the template builds
+                warming = (
+                    uvwarm.Background(self.cfg, self.log).start() if self.cfg.uv_cache else None
+                )
                 ensure_template(self.cfg, self.log)
                 ensure_rootfs(self.cfg, self.log)
                 ensure_key(self.cfg, self.log)
                 configure(self.cfg, self.log)
+                if warming is not None:
+                    warming.join()
                 uvshare.seed_machine(self.cfg, self.log)
                 self._start()
             else:

@@ -345,8 +345,12 @@ BOUND_S = replica_drop_bound_s(
 )
 #: the bound with room for the 2 shared cores
 DROP_S = BOUND_S + 12
-#: seconds of requests through the router while a replica's engine stops: before, during, after
-LOAD_S = 50
+#: seconds of requests through the router once the dead replica is out (the stop's end plus
+#: DROP_S): every route must answer 200 there. The clients ask from 8 s before the stop until
+#: then, however long the stop takes (vLLM's stop took 2-32 s on the shared cores), and at most
+#: LOAD_MAX_S (the stop's own timeout, 120 s, with the rest)
+SETTLED_S = 17
+LOAD_MAX_S = 8 + 120 + DROP_S + SETTLED_S
 ONE_TOKEN = {"prompt": "1", "max_tokens": 1}
 #: seconds between two requests of one route's client (a few per second each: the cores are
 #: shared)
@@ -511,17 +515,25 @@ def test_replica_down_every_route_answers(pair, replicas, down):
     victim = pair.follower if down == "b" else pair.leader
     # each client's answers read as they come: a client whose pipe is full stops asking
     pool = ThreadPoolExecutor(len(ROUTES))
+    clients = _route_loads(pair, replicas, LOAD_MAX_S)
     loads = {
-        path: pool.submit(answers, load, LOAD_S + 60)
-        for path, load in _route_loads(pair, replicas, LOAD_S).items()
+        path: pool.submit(answers, client, LOAD_MAX_S + 60) for path, client in clients.items()
     }
     time.sleep(8)  # requests through both replicas first
     stopped = time.time()
-    victim.ssh("systemctl stop vllm.service", timeout=120)
-    stop_s = time.time() - stopped
     try:
+        victim.ssh("systemctl stop vllm.service", timeout=120)
+        stop_s = time.time() - stopped
+        # the clients ask until SETTLED_S after the dead replica is out, then stop (each line
+        # they printed is flushed: SIGTERM loses none)
+        time.sleep(max(0.0, stopped + stop_s + DROP_S + SETTLED_S - time.time()))
+        for client in clients.values():
+            client.terminate()
         _every_route_answers(loads, down, stopped, stop_s)
     finally:  # the other case needs this replica up
+        for client in clients.values():
+            if client.poll() is None:
+                client.kill()
         pool.shutdown()
         started = time.monotonic()
         victim.ssh("systemctl start vllm.service", timeout=960)

@@ -159,7 +159,7 @@ def test_vllm_dev_mode_routes_answer_on_loopback_only(converged):
 
 
 def test_an_interrupted_converge_is_finished_by_the_next_run(converged):
-    """Issue 32 item 11: a converge interrupted after it wrote vllm.service's environment file
+    """A converge interrupted after it wrote vllm.service's environment file
     and before it restarted the service leaves vLLM on the old configuration (here the file's
     content is what the next run writes too, so no file of the next run changes). rigup-doctor
     and testinfra report it, the dry plan shows the restart, and the next converge restarts it."""

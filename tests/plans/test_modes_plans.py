@@ -26,7 +26,7 @@ def test_running_llm_mode_is_kept_and_restarts_only_on_change():
 
 
 def test_a_service_running_an_older_configuration_is_restarted_by_the_next_run():
-    """Issue 32 item 11: a converge interrupted between writing vllm.service's inputs and its
+    """A converge interrupted between writing vllm.service's inputs and its
     restart; the next run plans the restart unconditionally (a dry run shows it), where a
     service that runs what is on disk restarts only on a change of this run."""
     rc, parsed, err = plan("llm_mode_stale")

@@ -1,4 +1,4 @@
-"""rigup-doctor's boot section: how the previous boot ended (issue 32 item 5: a kernel panic is
+"""rigup-doctor's boot section: how the previous boot ended (a kernel panic is
 invisible after the reboot otherwise). systemd 259's own journal of a clean stop and of a
 machine whose init was killed, captured on the lab machine (tests/fixtures/boot/README.md)."""
 

@@ -124,7 +124,7 @@ def test_each_unit_is_read_with_its_own_source():
     }
 
 
-# A failed ComfyUI job of any kind (issue 32 item 1): its exception block names the node and the
+# A failed ComfyUI job of any kind: its exception block names the node and the
 # last exception, the service is "runs, but its current run logged a failure", and the fix is
 # ComfyUI's own (a flag of its parser or its release), never a vLLM setting.
 

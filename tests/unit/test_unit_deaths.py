@@ -1,4 +1,4 @@
-"""How a unit died, for any unit (issue 32 items 2 and 13): killed by the OOM killer (system
+"""How a unit died, for any unit: killed by the OOM killer (system
 RAM, not VRAM: named with its process, unit, peak and a fix for THAT service), killed by a
 signal from outside (``kill -9``: not a crash, not the GPU, not the OOM killer), crashed by a
 signal of its own; and a past death of a unit that runs again is a warning with its time.

@@ -1,5 +1,5 @@
 """A running unit whose unit file, drop-ins, environment files or ExecStart inputs changed since
-it started (issue 32 item 11: a converge interrupted between writing them and the restart) is
+it started (a converge interrupted between writing them and the restart) is
 reported, by rigup-explain and rigup-doctor (rigup.units.read_unit, ``service-stale``).
 
 systemd 259's ``systemctl show --timestamp=unix`` and uutils' ``stat -L -c '%Y %n'`` captured on

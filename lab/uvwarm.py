@@ -137,6 +137,11 @@ def warm(cfg: LabConfig, log: Callable[[str], None]) -> Warmed:
 _NO_WHEEL = re.compile(r"Wheels are required for `([^`]+)`")
 
 
+def normalized(name: str) -> str:
+    """A distribution's name as PEP 503 compares it (``Foo_Bar`` -> ``foo-bar``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def without(lock_text: str, names: set[str]) -> str:
     """``lock_text`` (uv pip compile's format: ``name==version \\`` then ``--hash`` lines)
     without the entries of ``names`` (normalized names, PEP 503)."""
@@ -144,7 +149,7 @@ def without(lock_text: str, names: set[str]) -> str:
     for line in lock_text.splitlines():
         if line and not line[0].isspace() and not line.startswith("#"):
             name = re.split(r"[=<>!~ ;\[]", line, maxsplit=1)[0]
-            skipping = re.sub(r"[-_.]+", "-", name).lower() in names
+            skipping = normalized(name) in names
         if not skipping:
             out.append(line)
     return "\n".join(out) + "\n"
@@ -188,7 +193,7 @@ def _warm_one(cache: Path, lock: Path, python: str) -> str:
             if not sdist:
                 lines = (proc.stderr or proc.stdout).strip().splitlines()
                 return lines[-1] if lines else f"uv exited {proc.returncode}"
-            left_out.add(re.sub(r"[-_.]+", "-", sdist.group(1)).lower())
+            left_out.add(normalized(sdist.group(1)))
         return f"more than 10 packages without a wheel: {sorted(left_out)}"
     except (OSError, subprocess.TimeoutExpired) as e:
         return str(e)

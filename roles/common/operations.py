@@ -105,11 +105,18 @@ def uv_venv_synced(
     yield f"mkdir -p {shlex.quote(tmp_dir)} {shlex.quote(cache_dir)}"
     if pending is None:
         yield f"{env} {shlex.quote(uv)} venv --python {shlex.quote(python)} {shlex.quote(venv)}"
-    yield (
-        f"{env} {shlex.quote(uv)} pip sync --require-hashes --compile-bytecode "
-        f"--python {shlex.quote(python_bin)} {shlex.quote(lock)}"
-    )
+    yield sync_command(env, uv, venv, lock)
     yield record_command(venv, lock, uv)
+
+
+def sync_command(env: str, uv: str, venv: str, lock: str) -> str:
+    """``uv pip sync`` of the venv at ``venv`` to ``lock``, hash-checked, its bytecode compiled
+    (:data:`roles.common.facts.SYNC_FORM`); ``env``: :func:`uv_env`'s words."""
+    python_bin = shlex.quote(f"{venv}/bin/python")
+    return (
+        f"{env} {shlex.quote(uv)} pip sync --require-hashes --compile-bytecode "
+        f"--python {python_bin} {shlex.quote(lock)}"
+    )
 
 
 def record_command(venv: str, lock: str, uv: str) -> str:
@@ -125,19 +132,15 @@ def uv_venv_recorded(
     """Record that the venv at ``venv`` matches ``lock`` (after :func:`uv_venv_synced`), so the
     next run reads one fingerprint instead of running uv's dry run. A separate operation,
     tracked by nothing: a venv whose packages already match but that has no current record
-    (converged by uv alone, or synced without compiled bytecode: :data:`roles.common.facts.SYNC_FORM`) gets its
-    bytecode compiled (``uv pip sync --compile-bytecode`` with nothing to install compiles the
+    (converged by uv alone, or synced without compiled bytecode:
+    :data:`roles.common.facts.SYNC_FORM`) gets its bytecode compiled (``uv pip sync --compile-bytecode`` with nothing to install compiles the
     site-packages) and the record once, without counting as new software (no check re-runs,
     no service restarts for it). A no-op when the record is current (after a sync, which
     writes it). ``cache_dir``, ``tmp_dir``, ``sources``: as :func:`uv_venv_synced`."""
     if _venv_synced(venv, lock, uv):
         host.noop(f"venv {venv}: its sync is recorded")
         return
-    env = uv_env(cache_dir, tmp_dir, sources)
-    yield (
-        f"{env} {shlex.quote(uv)} pip sync --require-hashes --compile-bytecode "
-        f"--python {shlex.quote(f'{venv}/bin/python')} {shlex.quote(lock)}"
-    )
+    yield sync_command(uv_env(cache_dir, tmp_dir, sources), uv, venv, lock)
     yield record_command(venv, lock, uv)
 
 

@@ -53,6 +53,7 @@ def locked_venv(
     against the lock whatever the source.
     """
     layout = Layout.from_data(settings)
+    sources = PackageSources.from_data(settings).uv_env()
     survey((lock, f"{venv}/.lock"))
     lock_op = file_placed(name=f"{what} lock file", src=str(lock_src), dest=lock, mode="644")
     venv_op = uv_venv_synced(
@@ -64,7 +65,7 @@ def locked_venv(
         cache_dir=layout.uv_cache,
         tmp_dir=layout.tmp,
         mislabelled=mislabelled,
-        sources=PackageSources.from_data(settings).uv_env(),
+        sources=sources,
     )
     uv_venv_recorded(
         name=f"{what} venv: its sync recorded",
@@ -73,7 +74,7 @@ def locked_venv(
         uv=layout.uv,
         cache_dir=layout.uv_cache,
         tmp_dir=layout.tmp,
-        sources=PackageSources.from_data(settings).uv_env(),
+        sources=sources,
     )
     uv_lock_private(venv)
     return LockedVenv(lock=lock_op, venv=venv_op, path=venv)

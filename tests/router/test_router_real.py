@@ -118,6 +118,7 @@ def _wait_serving(router: subprocess.Popen, port: int, log: Path) -> None:
 
 
 def _stop(process: subprocess.Popen) -> None:
+    """Stop ``process`` (SIGTERM, then SIGKILL after 10 s); one that has exited is left as is."""
     process.terminate()
     try:
         process.wait(timeout=10)
@@ -187,10 +188,8 @@ def test_router_spreads_and_drops_a_dead_replica(vllm_router: str, policy: str, 
             (tmp_path / "router.log").read_text()[-2000:],
         )
     finally:
-        _stop(router)
-        for process in replicas.values():
-            if process.poll() is None:
-                _stop(process)
+        for process in (router, *replicas.values()):
+            _stop(process)
         log.close()
 
 
@@ -318,8 +317,6 @@ def test_every_route_answers_once_a_dead_replica_is_out(vllm_router: str, down: 
             else:
                 assert outcome["failed"] == [], (path, outcome)
     finally:
-        _stop(router)
-        for process in replicas.values():
-            if process.poll() is None:
-                _stop(process)
+        for process in (router, *replicas.values()):
+            _stop(process)
         log.close()
